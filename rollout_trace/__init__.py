@@ -1,0 +1,67 @@
+"""rollout_trace: typed, non-blocking event tracing for asyncio RL controllers."""
+
+from __future__ import annotations
+
+from ._decoding import UnknownEvent
+from ._errors import (
+    RolloutTraceError,
+    SinkError,
+    SinkOpenError,
+    SinkOptionError,
+    TraceReadError,
+    UnknownSchemeError,
+)
+from ._events import (
+    AttemptAbandoned,
+    AttemptDispatched,
+    AttemptRefused,
+    AttemptResumed,
+    AttemptSealed,
+    Event,
+    GroupAdmitted,
+    GroupDiscarded,
+    GroupReserved,
+    GroupSealed,
+    RestoreFinished,
+    RestoreStarted,
+    SnapshotPublished,
+    StepTrained,
+    TraceClosed,
+    TraceOpened,
+    TrainerCheckpointPublished,
+    WeightsSynced,
+    event_types,
+)
+from ._version import __version__
+
+__all__ = [
+    "__version__",
+    # events
+    "Event",
+    "TraceOpened",
+    "TraceClosed",
+    "GroupReserved",
+    "GroupAdmitted",
+    "GroupSealed",
+    "GroupDiscarded",
+    "AttemptDispatched",
+    "AttemptSealed",
+    "AttemptRefused",
+    "AttemptResumed",
+    "AttemptAbandoned",
+    "StepTrained",
+    "WeightsSynced",
+    "TrainerCheckpointPublished",
+    "SnapshotPublished",
+    "RestoreStarted",
+    "RestoreFinished",
+    "UnknownEvent",
+    "event_types",
+    # errors
+    "RolloutTraceError",
+    "SinkError",
+    "UnknownSchemeError",
+    "SinkOptionError",
+    "SinkOpenError",
+    "TraceReadError",
+]
