@@ -100,7 +100,7 @@ def event_types() -> dict[str, type[Event]]:
 # --- lifecycle events (SPEC section 2) ---------------------------------------
 
 
-class TraceOpened(Event):
+class TraceOpened(Event, kw_only=True):
     schema: int = SCHEMA_VERSION
     sdk_version: str
     pid: int

@@ -1,0 +1,114 @@
+"""What both tracers are configured with, checked once, and what makes a run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._encoding import encode_one
+from ._events import TraceClosed, TraceOpened
+from ._sinkspec import SinkSpec, parse_uri, uris_from_env
+from ._version import __version__
+
+__all__ = ["TracerConfig", "Run", "noop_emit"]
+
+DEFAULT_BUFFER = 65_536
+DEFAULT_BATCH = 4_096
+DEFAULT_FLUSH_INTERVAL = 0.25
+DEFAULT_CLOSE_TIMEOUT = 10.0
+
+
+def noop_emit(event: Any) -> None:
+    """``emit`` of a disabled or closed tracer: nothing at all, as fast as a call can be."""
+
+
+def _positive(name: str, value: Any, kind: type) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        raise TypeError(f"{name} must be a {kind.__name__}, not {type(value).__name__}: {value!r}")
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return kind(value)
+
+
+@dataclass(frozen=True)
+class TracerConfig:
+    """A tracer's settings: all a tracer is, before it opens (and what it pickles as)."""
+
+    uris: tuple[str, ...]
+    enabled: bool = True
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    buffer: int = DEFAULT_BUFFER
+    batch_size: int = DEFAULT_BATCH
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL
+    close_timeout: float = DEFAULT_CLOSE_TIMEOUT
+
+    @classmethod
+    def make(
+        cls,
+        uris: tuple[str, ...],
+        *,
+        enabled: bool,
+        meta: Mapping[str, Any] | None,
+        buffer: int,
+        batch_size: int,
+        flush_interval: float,
+        close_timeout: float,
+    ) -> TracerConfig:
+        if enabled and not uris:
+            uris = tuple(uris_from_env())
+            enabled = bool(uris)
+        meta = dict(meta or {})
+        if not all(isinstance(k, str) for k in meta):
+            raise TypeError(f"meta keys must be str, got {sorted(map(repr, meta))}")
+        try:
+            encode_one(meta)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"meta must be JSON-encodable: {exc}") from exc
+        buffer = _positive("buffer", buffer, int)
+        batch_size = min(_positive("batch_size", batch_size, int), buffer)
+        return cls(
+            uris=uris,
+            enabled=enabled,
+            meta=meta,
+            buffer=buffer,
+            batch_size=batch_size,
+            flush_interval=_positive("flush_interval", flush_interval, float),
+            close_timeout=_positive("close_timeout", close_timeout, float),
+        )
+
+    def specs(self) -> list[SinkSpec]:
+        """Parse the URIs (raises a ``SinkError`` subclass for a bad one)."""
+        return [parse_uri(uri) for uri in self.uris] if self.enabled else []
+
+
+class Run:
+    """One run's identity: a new ``run_id`` for every open, and in every process."""
+
+    __slots__ = ("run_id", "pid", "host")
+
+    def __init__(self) -> None:
+        self.run_id = uuid.uuid4().hex
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+
+    def opened(self, meta: Mapping[str, Any]) -> TraceOpened:
+        return TraceOpened(
+            time=time.time(),
+            seq=0, sdk_version=__version__, pid=self.pid, host=self.host, meta=dict(meta)
+        )
+
+    @staticmethod
+    def closed(*, seq: int, emitted: int, written: int, invalid: int) -> TraceClosed:
+        return TraceClosed(
+            time=time.time(),
+            seq=seq,
+            emitted=emitted,
+            written=written,
+            dropped=emitted - written - invalid,
+            invalid=invalid,
+        )

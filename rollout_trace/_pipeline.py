@@ -1,0 +1,157 @@
+"""Encode once, fan out to one task per sink; shared by both tracers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+from anyio.abc import TaskGroup
+
+from sinks import Sink
+
+from ._encoding import BatchEncoder
+from ._events import Event
+
+__all__ = ["Pipeline", "logger"]
+
+logger = logging.getLogger("rollout_trace")
+
+# Encode at most this many events per call: msgspec holds the GIL while it
+# encodes, and threads that emit should not wait for a whole drained queue.
+_ENCODE_CHUNK = 4096
+# Batches a sink may hold before the pipeline waits for it.
+_SINK_QUEUE = 4
+
+
+class _Flush:
+    """A marker that is done when every sink it was sent to has flushed."""
+
+    def __init__(self, parties: int) -> None:
+        self._left = parties
+        self.done = anyio.Event()
+        if parties == 0:
+            self.done.set()
+
+    def arrive(self) -> None:
+        self._left -= 1
+        if self._left == 0:
+            self.done.set()
+
+
+class _SinkWorker:
+    """Writes one sink's batches in order; a failure is reported once and ends its use."""
+
+    def __init__(self, uri: str, sink: Sink) -> None:
+        self.uri = uri
+        self.sink = sink
+        self.failed = False
+        self.send, self._receive = anyio.create_memory_object_stream[bytes | _Flush](_SINK_QUEUE)
+        self.done = anyio.Event()
+        self.scope = anyio.CancelScope(shield=True)
+
+    def _fail(self, action: str, exc: BaseException) -> None:
+        if not self.failed:
+            self.failed = True
+            logger.warning(
+                "rollout_trace: sink %s failed to %s and is stopped (the other sinks go on): "
+                "%s: %s",
+                self.uri,
+                action,
+                type(exc).__name__,
+                exc,
+            )
+
+    async def run(self) -> None:
+        # Shielded: cancelling the task that holds the tracer must not lose the
+        # tail of the trace. The close deadline cancels this scope explicitly.
+        with self.scope:
+            try:
+                async with self._receive:
+                    async for item in self._receive:
+                        if isinstance(item, bytes):
+                            if not self.failed:
+                                try:
+                                    await self.sink.write(item)
+                                except Exception as exc:
+                                    self._fail("write", exc)
+                            continue
+                        if not self.failed:
+                            try:
+                                await self.sink.flush()
+                            except Exception as exc:
+                                self._fail("flush", exc)
+                        item.arrive()
+            finally:
+                try:
+                    await self.sink.aclose()
+                except Exception as exc:
+                    self._fail("close", exc)
+                self.done.set()
+
+
+class Pipeline:
+    """Stamps ``run_id``, encodes each batch once and hands the bytes to every sink.
+
+    Counts what it handed on (``written``) and what could not be encoded
+    (``invalid``); the first invalid event is reported once.
+    """
+
+    def __init__(self, sinks: Sequence[tuple[str, Sink]], run_id: str) -> None:
+        self.run_id = run_id
+        self.written = 0
+        self.invalid = 0
+        self._encoder = BatchEncoder()
+        self._workers = [_SinkWorker(uri, sink) for uri, sink in sinks]
+
+    @property
+    def sinks(self) -> list[Sink]:
+        return [w.sink for w in self._workers]
+
+    def start(self, tg: TaskGroup) -> None:
+        for worker in self._workers:
+            tg.start_soon(worker.run, name=f"rollout_trace sink {worker.uri}")
+
+    async def write(self, events: Sequence[Event], *, count: bool = True) -> None:
+        """Encode and hand on ``events``; ``count=False`` for the lifecycle events."""
+        run_id = self.run_id
+        for start in range(0, len(events), _ENCODE_CHUNK):
+            chunk = events[start : start + _ENCODE_CHUNK]
+            for ev in chunk:
+                ev.run_id = run_id
+            data, bad = self._encoder.encode(chunk)
+            if count:
+                if bad:
+                    if self.invalid == 0:
+                        ev, exc = bad[0]
+                        logger.warning(
+                            "rollout_trace: event %s (seq %d) cannot be encoded and is counted "
+                            "as invalid (reported once; trace_closed counts them all): %s",
+                            type(ev).__struct_config__.tag,
+                            ev.seq,
+                            exc,
+                        )
+                    self.invalid += len(bad)
+                self.written += len(chunk) - len(bad)
+            if data:
+                for worker in self._workers:
+                    await worker.send.send(data)
+
+    async def flush(self) -> None:
+        """Return once every sink has written and flushed all it was handed."""
+        marker = _Flush(len(self._workers))
+        for worker in self._workers:
+            await worker.send.send(marker)
+        await marker.done.wait()
+
+    async def aclose(self) -> None:
+        """Let every sink write what it holds, then close it."""
+        for worker in self._workers:
+            await worker.send.aclose()
+        for worker in self._workers:
+            await worker.done.wait()
+
+    def abort(self) -> None:
+        """Stop every sink at once (the close deadline has passed)."""
+        for worker in self._workers:
+            worker.scope.cancel()

@@ -1,0 +1,347 @@
+"""The async tracer: ``emit`` on the event loop, sink I/O in tasks, never blocking."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from sinks import Sink
+
+from ._config import (
+    DEFAULT_BATCH,
+    DEFAULT_BUFFER,
+    DEFAULT_CLOSE_TIMEOUT,
+    DEFAULT_FLUSH_INTERVAL,
+    Run,
+    TracerConfig,
+    noop_emit,
+)
+from ._events import _EVENT_TYPES, Event
+from ._pipeline import Pipeline, _Flush, logger
+from ._sinkspec import open_sinks
+
+__all__ = ["Tracer", "tracer", "not_an_event"]
+
+
+class _Close:
+    pass
+
+
+_CLOSE = _Close()
+
+
+def not_an_event(obj: object) -> TypeError:
+    return TypeError(
+        f"emit() takes an rollout_trace.Event, not {type(obj).__qualname__}: {obj!r:.200}"
+    )
+
+
+class Tracer:
+    """An async tracer; open it with ``async with``. Build it with ``rt.tracer()``.
+
+    ``emit(event)`` is synchronous and O(1): it stamps the envelope, appends the
+    event to the current batch and, when the batch is full, hands it to the
+    writer task through an anyio memory stream. It never awaits, never blocks
+    and never raises for I/O trouble; it raises ``TypeError`` at once for
+    anything that is not an ``Event``. Call it from the event loop's thread
+    only (use ``rt.sync_tracer`` from other threads).
+    """
+
+    emit: Callable[[Event], None]
+    run_id: str | None
+    # The state of the open run, set in __aenter__.
+    _run: Run
+    _pipeline: Pipeline
+    _tg: TaskGroup
+    _send: MemoryObjectSendStream[list[Event] | _Flush | _Close]
+    _receive: MemoryObjectReceiveStream[list[Event] | _Flush | _Close]
+    _pending: list[Event]
+    _batch_size: int
+    _max_queued: int
+    _queued: int
+    _seq: int
+    _full_drops: int
+    _late_drops: int
+    _uncounted: int
+    _pump_done: anyio.Event
+    _pump_scope: anyio.CancelScope
+
+    def __init__(self, config: TracerConfig) -> None:
+        self._config = config
+        self._specs = config.specs()
+        self._state = "new"
+        self.run_id = None
+        self.emit = noop_emit if not config.enabled else self._emit_not_open
+        self._warned_not_open = False
+
+    # --- configuration, pickling --------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._config.enabled
+
+    @property
+    def uris(self) -> tuple[str, ...]:
+        return self._config.uris
+
+    @property
+    def sinks(self) -> list[Sink]:
+        """The open run's sinks (for tests: ``t.sinks[0].lines()`` of a ``memory://``)."""
+        return self._pipeline.sinks if self._state == "open" else []
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A tracer travels as its configuration and opens anew where it lands.
+        return {"config": self._config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        uris = ", ".join(self._config.uris) or "disabled"
+        return f"<rollout_trace.Tracer {self._state} run_id={self.run_id} sinks=[{uris}]>"
+
+    # --- emit ---------------------------------------------------------------
+
+    def _emit_open(self, ev: Event) -> None:
+        if type(ev) not in _EVENT_TYPES:
+            raise not_an_event(ev)
+        if ev.seq >= 0:
+            # Emitted before: the queued object keeps its own envelope.
+            ev = copy.copy(ev)
+        ev.time = _time()
+        self._seq = seq = self._seq + 1
+        ev.seq = seq
+        pending = self._pending
+        pending.append(ev)
+        if len(pending) >= self._batch_size:
+            self._ship_full_batch()
+
+    def _ship_full_batch(self) -> None:
+        if self._queued < self._max_queued:
+            try:
+                self._send.send_nowait(self._pending)
+            except anyio.WouldBlock:  # flush markers hold the slots
+                pass
+            else:
+                self._queued += 1
+                self._pending = []
+                return
+        # The buffer is full: drop the newest event and count it.
+        self._pending.pop()
+        self._full_drops += 1
+
+    def _emit_not_open(self, ev: Event) -> None:
+        if type(ev) not in _EVENT_TYPES:
+            raise not_an_event(ev)
+        if not self._warned_not_open:
+            self._warned_not_open = True
+            logger.warning(
+                "rollout_trace: emit() on a tracer that is not open; open it with "
+                "`async with` (events emitted outside it are not written)"
+            )
+
+    def _emit_closing(self, ev: Event) -> None:
+        if type(ev) not in _EVENT_TYPES:
+            raise not_an_event(ev)
+        self._late_drops += 1
+
+    # --- lifecycle ----------------------------------------------------------
+
+    async def __aenter__(self) -> Tracer:
+        if not self._config.enabled:
+            return self
+        if self._state == "open" or self._state == "closing":
+            raise RuntimeError("this tracer is already open")
+        config = self._config
+        run = Run()
+        sinks = await open_sinks(self._specs, run_id=run.run_id, pid=run.pid, host=run.host)
+        self.run_id = run.run_id
+        self._run = run
+        self._pipeline = Pipeline(sinks, run.run_id)
+        self._batch_size = config.batch_size
+        # The memory stream carries whole batches; with the batch being filled
+        # they hold `buffer` events at most.
+        self._max_queued = max(1, config.buffer // config.batch_size - 1)
+        self._send, self._receive = anyio.create_memory_object_stream[list[Event] | _Flush | _Close](
+            self._max_queued + 8
+        )
+        self._pending = []
+        self._queued = 0
+        self._seq = 0
+        self._full_drops = 0
+        self._late_drops = 0
+        self._pump_done = anyio.Event()
+        self._pump_scope = anyio.CancelScope(shield=True)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._pipeline.start(tg)
+        tg.start_soon(self._pump, name="rollout_trace pump")
+        self._pending.append(run.opened(config.meta))  # seq 0, not counted
+        self._uncounted = 1
+        self._state = "open"
+        self.emit = self._emit_open
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        if self._state != "open":
+            return None
+        try:
+            await self.aclose()
+        finally:
+            suppress = await self._tg.__aexit__(exc_type, exc, tb)
+        return suppress
+
+    async def flush(self) -> None:
+        """Return once every event emitted before the call is written by every sink."""
+        if self._state != "open":
+            return
+        if self._pending:
+            batch, self._pending = self._pending, []
+            self._queued += 1
+            await self._send.send(batch)
+        marker = _Flush(1)
+        await self._send.send(marker)
+        await marker.done.wait()
+
+    async def aclose(self) -> None:
+        """Drain, write ``trace_closed`` and close the sinks, within ``close_timeout``.
+
+        Runs shielded from cancellation, so a cancelled task still leaves a
+        complete trace; past the deadline the rest is dropped and reported.
+        """
+        if self._state != "open":
+            return
+        self._state = "closing"
+        self.emit = self._emit_closing
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + self._config.close_timeout
+            if self._pending:
+                batch, self._pending = self._pending, []
+                self._queued += 1
+                await self._send.send(batch)
+            await self._send.send(_CLOSE)
+            await self._pump_done.wait()
+        if scope.cancelled_caught:
+            self._pump_scope.cancel()
+            self._pipeline.abort()
+            logger.warning(
+                "rollout_trace: closing run %s took longer than close_timeout=%ss; "
+                "%d events were not written and trace_closed was not written",
+                self.run_id,
+                self._config.close_timeout,
+                self._seq - self._pipeline.written - self._pipeline.invalid,
+            )
+        self._state = "closed"
+        self.emit = noop_emit
+
+    async def _pump(self) -> None:
+        pipeline = self._pipeline
+        receive = self._receive
+        with self._pump_scope:
+            try:
+                while True:
+                    item: list[Event] | _Flush | _Close | None = None
+                    with anyio.move_on_after(self._config.flush_interval):
+                        item = await receive.receive()
+                    match item:
+                        case None:  # the flush interval passed: write what is pending
+                            if not self._pending:
+                                continue
+                            item, self._pending = self._pending, []
+                            await self._write(item)
+                        case list():
+                            self._queued -= 1
+                            await self._write(item)
+                        case _Flush():
+                            await pipeline.flush()
+                            item.arrive()
+                        case _Close():
+                            break
+                    self._report_drops()
+                self._report_drops()
+                # Nothing awaits between counting and switching emit off, so the
+                # counts in trace_closed cover every emit of the run.
+                emitted = self._seq + self._late_drops
+                self.emit = noop_emit
+                closed = self._run.closed(
+                    seq=self._seq + 1,
+                    emitted=emitted,
+                    written=pipeline.written,
+                    invalid=pipeline.invalid,
+                )
+                await pipeline.write([closed], count=False)
+                await pipeline.aclose()
+            except Exception:
+                logger.exception("rollout_trace: the writer task failed; tracing stops")
+            finally:
+                self._pump_done.set()
+
+    async def _write(self, batch: list[Event]) -> None:
+        if self._uncounted:
+            # trace_opened leads the first batch; it is not a user event.
+            self._uncounted = 0
+            await self._pipeline.write(batch[:1], count=False)
+            batch = batch[1:]
+        await self._pipeline.write(batch)
+
+    def _report_drops(self) -> None:
+        if self._full_drops and not self._drops_reported:
+            self._drops_reported = True
+            logger.warning(
+                "rollout_trace: the buffer of %d events is full, so new events are dropped "
+                "(reported once; trace_closed counts them all): the sinks of run %s are "
+                "slower than the program emits",
+                self._config.buffer,
+                self.run_id,
+            )
+
+    _drops_reported = False
+
+
+_time = time.time
+
+
+def tracer(
+    *uris: str,
+    enabled: bool = True,
+    meta: Mapping[str, Any] | None = None,
+    buffer: int = DEFAULT_BUFFER,
+    batch_size: int = DEFAULT_BATCH,
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+) -> Tracer:
+    """An async tracer writing every event to every sink URI; open it with ``async with``.
+
+    With no URI, the URIs come from ``$ROLLOUT_TRACE`` (comma-separated);
+    unset or empty, or ``enabled=False``, gives a disabled tracer that holds
+    no task, queue or lock and whose ``emit`` does nothing.
+
+    ``buffer``: events held at most before new ones are dropped (and counted);
+    ``batch_size``: events per write (a full batch wakes the writer at once);
+    ``flush_interval``: seconds a partial batch may wait, so a killed process
+    loses at most about that much; ``close_timeout``: one deadline for
+    draining and closing the sinks.
+    """
+    config = TracerConfig.make(
+        uris,
+        enabled=enabled,
+        meta=meta,
+        buffer=buffer,
+        batch_size=batch_size,
+        flush_interval=flush_interval,
+        close_timeout=close_timeout,
+    )
+    return Tracer(config)

@@ -1,0 +1,16 @@
+"""``null://``: encode and discard, for measuring overhead."""
+
+from __future__ import annotations
+
+from ._base import Sink
+
+__all__ = ["NullSink"]
+
+
+class NullSink(Sink):
+    """Accepts every batch and keeps nothing; counts what it was given."""
+
+    bytes_written = 0
+
+    async def write(self, data: bytes) -> None:
+        self.bytes_written += len(data)
