@@ -6,7 +6,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +24,10 @@ DEFAULT_FLUSH_INTERVAL = 0.25
 DEFAULT_CLOSE_TIMEOUT = 10.0
 
 
-def noop_emit(event: Any) -> None:
-    """``emit`` of a disabled or closed tracer: nothing at all, as fast as a call can be."""
+# ``emit`` of a disabled or closed tracer. A C method that takes one object
+# and keeps nothing (a deque of length 0 discards at once) costs about half
+# of a call to an empty Python function.
+noop_emit: Callable[[Any], None] = deque(maxlen=0).append
 
 
 def _positive(name: str, value: Any, kind: type) -> Any:
@@ -89,7 +92,7 @@ class TracerConfig:
 class Run:
     """One run's identity: a new ``run_id`` for every open, and in every process."""
 
-    __slots__ = ("run_id", "pid", "host")
+    __slots__ = ("host", "pid", "run_id")
 
     def __init__(self) -> None:
         self.run_id = uuid.uuid4().hex
@@ -99,7 +102,11 @@ class Run:
     def opened(self, meta: Mapping[str, Any]) -> TraceOpened:
         return TraceOpened(
             time=time.time(),
-            seq=0, sdk_version=__version__, pid=self.pid, host=self.host, meta=dict(meta)
+            seq=0,
+            sdk_version=__version__,
+            pid=self.pid,
+            host=self.host,
+            meta=dict(meta),
         )
 
     @staticmethod

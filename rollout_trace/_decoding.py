@@ -6,7 +6,7 @@ from typing import Any, Union
 
 import msgspec
 
-from ._events import _REGISTRY, Event, _registry_version
+from ._events import Event, _registry, _registry_version
 
 __all__ = ["UnknownEvent", "decode_line", "event_decoder"]
 
@@ -44,7 +44,7 @@ def event_decoder() -> msgspec.json.Decoder[Any]:
     Rebuilt only when a new event class has been defined since the last call.
     """
     if _cache["version"] != _registry_version[0]:
-        types = tuple(_REGISTRY.values())
+        types = tuple(_registry().values())
         union: Any = Union[types] if len(types) > 1 else types[0]  # noqa: UP007
         _cache["decoder"] = msgspec.json.Decoder(union)
         _cache["version"] = _registry_version[0]
@@ -63,7 +63,7 @@ def decode_line(line: bytes | str) -> Event | UnknownEvent:
         return ev
     except msgspec.ValidationError:
         env = _envelope.decode(line)  # raises for a bad envelope
-        if env.event in _REGISTRY:
+        if env.event in _registry():
             raise
         raw = _generic.decode(line)
         fields = {k: v for k, v in raw.items() if k not in _ENVELOPE_KEYS}

@@ -46,7 +46,7 @@ class BatchEncoder:
         """Return the encoded lines and the events that could not be encoded."""
         try:
             return self._encoder.encode_lines(events), []
-        except Exception:  # noqa: BLE001 - any failure falls back to one by one
+        except Exception:
             pass
         buf = bytearray()
         bad: list[tuple[Event, Exception]] = []
@@ -55,7 +55,7 @@ class BatchEncoder:
             mark = len(buf)
             try:
                 encode_into(ev, buf, -1)
-            except Exception as exc:  # noqa: BLE001 - counted as invalid, reported once
+            except Exception as exc:
                 del buf[mark:]
                 bad.append((ev, exc))
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 
@@ -13,7 +14,7 @@ from sinks import Sink
 from ._encoding import BatchEncoder
 from ._events import Event
 
-__all__ = ["Pipeline", "logger"]
+__all__ = ["DRAIN_SHARE", "Pipeline", "logger", "peek_count"]
 
 logger = logging.getLogger("rollout_trace")
 
@@ -22,6 +23,15 @@ logger = logging.getLogger("rollout_trace")
 _ENCODE_CHUNK = 4096
 # Batches a sink may hold before the pipeline waits for it.
 _SINK_QUEUE = 4
+# The share of the close deadline spent draining; the rest is for trace_closed
+# and closing the sinks.
+DRAIN_SHARE = 0.8
+
+
+def peek_count(counter: itertools.count[int]) -> int:
+    """The next value of an ``itertools.count``, without taking it."""
+    # count's repr is "count(N)"; it is the only way to read it without a lock.
+    return int(repr(counter)[6:-1])
 
 
 class _Flush:
@@ -103,6 +113,7 @@ class Pipeline:
         self.invalid = 0
         self._encoder = BatchEncoder()
         self._workers = [_SinkWorker(uri, sink) for uri, sink in sinks]
+        self._full_reported = False
 
     @property
     def sinks(self) -> list[Sink]:
@@ -136,6 +147,18 @@ class Pipeline:
             if data:
                 for worker in self._workers:
                     await worker.send.send(data)
+
+    def report_full_buffer(self, drops: int, buffer: int) -> None:
+        """Say once that the tracer's buffer overflowed (``drops`` so far)."""
+        if drops and not self._full_reported:
+            self._full_reported = True
+            logger.warning(
+                "rollout_trace: the buffer of %d events is full, so new events are dropped "
+                "(reported once; trace_closed counts them all): the sinks of run %s are "
+                "slower than the program emits",
+                buffer,
+                self.run_id,
+            )
 
     async def flush(self) -> None:
         """Return once every sink has written and flushed all it was handed."""

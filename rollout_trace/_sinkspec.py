@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -36,7 +37,9 @@ def known_schemes() -> list[str]:
 def _load(uri: str, scheme: str) -> type[Sink]:
     ep = _registry().get(scheme)
     if ep is None:
-        known = ", ".join(f"{s}://" for s in known_schemes()) or "none (is rollout-trace installed?)"
+        known = (
+            ", ".join(f"{s}://" for s in known_schemes()) or "none (is rollout-trace installed?)"
+        )
         raise UnknownSchemeError(
             uri, f"unknown scheme {scheme!r}; known: {known}, or a path ending in .jsonl"
         )
@@ -139,9 +142,7 @@ async def open_sinks(
             opened.append((spec.uri, sink))
     except BaseException:
         for _, sink in opened:
-            try:
+            with contextlib.suppress(Exception):
                 await sink.aclose()
-            except Exception:  # noqa: S110 - the open error is the one to report
-                pass
         raise
     return opened

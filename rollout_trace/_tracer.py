@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -24,7 +25,7 @@ from ._config import (
     noop_emit,
 )
 from ._events import _EVENT_TYPES, Event
-from ._pipeline import Pipeline, _Flush, logger
+from ._pipeline import DRAIN_SHARE, Pipeline, _Flush, logger, peek_count
 from ._sinkspec import open_sinks
 
 __all__ = ["Tracer", "tracer", "not_an_event"]
@@ -35,6 +36,7 @@ class _Close:
 
 
 _CLOSE = _Close()
+_Item = list[Event] | _Flush | _Close
 
 
 def not_an_event(obj: object) -> TypeError:
@@ -60,18 +62,18 @@ class Tracer:
     _run: Run
     _pipeline: Pipeline
     _tg: TaskGroup
-    _send: MemoryObjectSendStream[list[Event] | _Flush | _Close]
-    _receive: MemoryObjectReceiveStream[list[Event] | _Flush | _Close]
+    _send: MemoryObjectSendStream[_Item]
+    _receive: MemoryObjectReceiveStream[_Item]
     _pending: list[Event]
     _batch_size: int
     _max_queued: int
     _queued: int
-    _seq: int
+    _seq: itertools.count[int]
     _full_drops: int
-    _late_drops: int
     _uncounted: int
     _pump_done: anyio.Event
     _pump_scope: anyio.CancelScope
+    _drain_deadline: float
 
     def __init__(self, config: TracerConfig) -> None:
         self._config = config
@@ -109,33 +111,47 @@ class Tracer:
 
     # --- emit ---------------------------------------------------------------
 
-    def _emit_open(self, ev: Event) -> None:
-        if type(ev) not in _EVENT_TYPES:
-            raise not_an_event(ev)
-        if ev.seq >= 0:
-            # Emitted before: the queued object keeps its own envelope.
-            ev = copy.copy(ev)
-        ev.time = _time()
-        self._seq = seq = self._seq + 1
-        ev.seq = seq
+    def _make_emit(self) -> Callable[[Event], None]:
+        # A closure over the run's state: no attribute lookups on the hot path.
         pending = self._pending
-        pending.append(ev)
-        if len(pending) >= self._batch_size:
-            self._ship_full_batch()
+        append = pending.append
+        next_seq = self._seq.__next__
+        batch_size = self._batch_size
+        on_full = self._on_full_batch
+        types = _EVENT_TYPES
+        now = time.time
+        copy_event = copy.copy
 
-    def _ship_full_batch(self) -> None:
-        if self._queued < self._max_queued:
+        def emit(ev: Event) -> None:
+            if type(ev) not in types:
+                raise not_an_event(ev)
+            if ev.seq >= 0:
+                # Emitted before: the queued object keeps its own envelope.
+                ev = copy_event(ev)
+            ev.time = now()
+            ev.seq = next_seq()
+            append(ev)
+            if len(pending) >= batch_size:
+                on_full()
+
+        return emit
+
+    def _on_full_batch(self) -> None:
+        pending = self._pending
+        if self._state == "open" and self._queued < self._max_queued:
             try:
-                self._send.send_nowait(self._pending)
+                self._send.send_nowait(pending.copy())
             except anyio.WouldBlock:  # flush markers hold the slots
                 pass
             else:
                 self._queued += 1
-                self._pending = []
+                pending.clear()
                 return
-        # The buffer is full: drop the newest event and count it.
-        self._pending.pop()
-        self._full_drops += 1
+        # The buffer is full, or the run is closing: drop the newest event. Its
+        # seq is taken, so trace_closed counts it as dropped.
+        pending.pop()
+        if self._state == "open":
+            self._full_drops += 1
 
     def _emit_not_open(self, ev: Event) -> None:
         if type(ev) not in _EVENT_TYPES:
@@ -146,11 +162,6 @@ class Tracer:
                 "rollout_trace: emit() on a tracer that is not open; open it with "
                 "`async with` (events emitted outside it are not written)"
             )
-
-    def _emit_closing(self, ev: Event) -> None:
-        if type(ev) not in _EVENT_TYPES:
-            raise not_an_event(ev)
-        self._late_drops += 1
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -169,14 +180,11 @@ class Tracer:
         # The memory stream carries whole batches; with the batch being filled
         # they hold `buffer` events at most.
         self._max_queued = max(1, config.buffer // config.batch_size - 1)
-        self._send, self._receive = anyio.create_memory_object_stream[list[Event] | _Flush | _Close](
-            self._max_queued + 8
-        )
+        self._send, self._receive = anyio.create_memory_object_stream[_Item](self._max_queued + 8)
         self._pending = []
         self._queued = 0
-        self._seq = 0
+        self._seq = itertools.count(1)
         self._full_drops = 0
-        self._late_drops = 0
         self._pump_done = anyio.Event()
         self._pump_scope = anyio.CancelScope(shield=True)
         tg = anyio.create_task_group()
@@ -187,7 +195,7 @@ class Tracer:
         self._pending.append(run.opened(config.meta))  # seq 0, not counted
         self._uncounted = 1
         self._state = "open"
-        self.emit = self._emit_open
+        self.emit = self._make_emit()
         return self
 
     async def __aexit__(
@@ -208,10 +216,7 @@ class Tracer:
         """Return once every event emitted before the call is written by every sink."""
         if self._state != "open":
             return
-        if self._pending:
-            batch, self._pending = self._pending, []
-            self._queued += 1
-            await self._send.send(batch)
+        await self._ship_pending()
         marker = _Flush(1)
         await self._send.send(marker)
         await marker.done.wait()
@@ -224,14 +229,13 @@ class Tracer:
         """
         if self._state != "open":
             return
-        self._state = "closing"
-        self.emit = self._emit_closing
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + self._config.close_timeout
-            if self._pending:
-                batch, self._pending = self._pending, []
-                self._queued += 1
-                await self._send.send(batch)
+            await self._ship_pending()
+            # From here on, emits wait in the pending batch, and a full one is
+            # dropped: their seq numbers are taken, so trace_closed counts them.
+            self._state = "closing"
+            self._drain_deadline = anyio.current_time() + self._config.close_timeout * DRAIN_SHARE
             await self._send.send(_CLOSE)
             await self._pump_done.wait()
         if scope.cancelled_caught:
@@ -242,7 +246,7 @@ class Tracer:
                 "%d events were not written and trace_closed was not written",
                 self.run_id,
                 self._config.close_timeout,
-                self._seq - self._pipeline.written - self._pipeline.invalid,
+                peek_count(self._seq) - 1 - self._pipeline.written - self._pipeline.invalid,
             )
         self._state = "closed"
         self.emit = noop_emit
@@ -253,32 +257,33 @@ class Tracer:
         with self._pump_scope:
             try:
                 while True:
-                    item: list[Event] | _Flush | _Close | None = None
+                    item: _Item | None = None
                     with anyio.move_on_after(self._config.flush_interval):
                         item = await receive.receive()
                     match item:
                         case None:  # the flush interval passed: write what is pending
                             if not self._pending:
                                 continue
-                            item, self._pending = self._pending, []
+                            item = self._pending.copy()
+                            self._pending.clear()
                             await self._write(item)
                         case list():
                             self._queued -= 1
-                            await self._write(item)
+                            if self._state == "open" or anyio.current_time() < self._drain_deadline:
+                                await self._write(item)
                         case _Flush():
                             await pipeline.flush()
                             item.arrive()
                         case _Close():
                             break
-                    self._report_drops()
-                self._report_drops()
-                # Nothing awaits between counting and switching emit off, so the
-                # counts in trace_closed cover every emit of the run.
-                emitted = self._seq + self._late_drops
+                    pipeline.report_full_buffer(self._full_drops, self._config.buffer)
+                # Every emit took a seq number: the next one closes the run, and
+                # the ones before it are what was emitted.
+                last = next(self._seq)
                 self.emit = noop_emit
                 closed = self._run.closed(
-                    seq=self._seq + 1,
-                    emitted=emitted,
+                    seq=last,
+                    emitted=last - 1,
                     written=pipeline.written,
                     invalid=pipeline.invalid,
                 )
@@ -289,6 +294,13 @@ class Tracer:
             finally:
                 self._pump_done.set()
 
+    async def _ship_pending(self) -> None:
+        if self._pending:
+            batch = self._pending.copy()
+            self._pending.clear()
+            self._queued += 1
+            await self._send.send(batch)
+
     async def _write(self, batch: list[Event]) -> None:
         if self._uncounted:
             # trace_opened leads the first batch; it is not a user event.
@@ -296,22 +308,6 @@ class Tracer:
             await self._pipeline.write(batch[:1], count=False)
             batch = batch[1:]
         await self._pipeline.write(batch)
-
-    def _report_drops(self) -> None:
-        if self._full_drops and not self._drops_reported:
-            self._drops_reported = True
-            logger.warning(
-                "rollout_trace: the buffer of %d events is full, so new events are dropped "
-                "(reported once; trace_closed counts them all): the sinks of run %s are "
-                "slower than the program emits",
-                self._config.buffer,
-                self.run_id,
-            )
-
-    _drops_reported = False
-
-
-_time = time.time
 
 
 def tracer(

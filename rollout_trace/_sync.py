@@ -1,0 +1,460 @@
+"""The sync tracer: ``emit`` from any thread, one writer thread per tracer.
+
+The writer thread runs a private asyncio loop and the same pipeline and sinks
+as the async tracer. Its default executor runs calls inline: the writer
+thread is already off the callers' threads, so the sinks' thread hop would
+only cost time, and an inline executor still works during interpreter
+shutdown, when ``concurrent.futures`` refuses new work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import copy
+import itertools
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from ._config import (
+    DEFAULT_BATCH,
+    DEFAULT_BUFFER,
+    DEFAULT_CLOSE_TIMEOUT,
+    DEFAULT_FLUSH_INTERVAL,
+    Run,
+    TracerConfig,
+    noop_emit,
+)
+from ._events import _EVENT_TYPES, Event
+from ._pipeline import DRAIN_SHARE, Pipeline, logger, peek_count
+from ._sinkspec import open_sinks
+from ._tracer import not_an_event
+
+__all__ = ["SyncTracer", "sync_tracer"]
+
+_time = time.time
+_monotonic = time.monotonic
+
+
+class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs submitted calls at once, in the calling (writer) thread."""
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+
+class _Marker:
+    """Travels through the event queue; ``done`` is set when the writer reaches it."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+class _CloseMarker(_Marker):
+    """Ends the run. The drain stops at ``drain_deadline`` so that ``trace_closed``
+    and the sinks' close still fit before ``deadline``."""
+
+    __slots__ = ("deadline", "drain_deadline")
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        now = _monotonic()
+        self.deadline = now + timeout
+        self.drain_deadline = now + timeout * DRAIN_SHARE
+
+
+# Open tracers, for the atexit hook and the fork hook; weak so that a tracer
+# nobody holds can still be collected.
+_live: weakref.WeakSet[SyncTracer] = weakref.WeakSet()
+
+
+class SyncTracer:
+    """A tracer for threads and sync code; build it with ``rt.sync_tracer()``.
+
+    ``emit(event)`` may be called from any thread at once: it stamps the
+    envelope and appends to a deque (no lock), waking the writer thread when
+    a full batch waits. It never blocks and never raises for I/O trouble.
+    """
+
+    emit: Callable[[Event], None]
+    run_id: str | None
+    # The state of the open run, set in _start().
+    _run: Run
+    _pid: int
+    _queue: deque[Event | _Marker]
+    _markers: deque[_Marker]
+    _seq: itertools.count[int]
+    _full_drops: itertools.count[int]
+    _buffer: int
+    _batch_size: int
+    _wake_pending: bool
+    _opened: threading.Event
+    _open_error: BaseException | None
+    _open_waited: bool
+    _close_marker: _CloseMarker | None
+    _loop: asyncio.AbstractEventLoop
+    _wake_event: asyncio.Event
+    _thread: threading.Thread
+
+    def __init__(self, config: TracerConfig, *, lazy: bool = False) -> None:
+        self._config = config
+        self._specs = config.specs()
+        self._state = "new"
+        self.run_id = None
+        if not config.enabled:
+            self.emit = noop_emit
+            return
+        self._open_lock = threading.Lock()
+        if lazy:
+            # Unpickled or forked: open on the first emit, in this process.
+            self.emit = self._emit_lazy
+        else:
+            self._start(wait=True)
+
+    # --- configuration, pickling --------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._config.enabled
+
+    @property
+    def uris(self) -> tuple[str, ...]:
+        return self._config.uris
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A tracer travels as its configuration and opens lazily where it lands,
+        # with a run_id of its own.
+        return (_unpickle, (self._config,))
+
+    def __repr__(self) -> str:
+        uris = ", ".join(self._config.uris) or "disabled"
+        return f"<rollout_trace.SyncTracer {self._state} run_id={self.run_id} sinks=[{uris}]>"
+
+    def __enter__(self) -> SyncTracer:
+        if self._state == "new" and self._config.enabled:
+            with self._open_lock:
+                if self._state == "new":
+                    self._start(wait=True)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- emit ---------------------------------------------------------------
+
+    def _make_emit(self) -> Callable[[Event], None]:
+        # A closure over the run's state: no attribute lookups on the hot path,
+        # and no lock: deque.append and next() on a count are atomic.
+        queue = self._queue
+        append = queue.append
+        next_seq = self._seq.__next__
+        count_full = self._full_drops.__next__
+        buffer = self._buffer
+        batch_size = self._batch_size
+        wake = self._wake
+        types = _EVENT_TYPES
+        now = time.time
+        copy_event = copy.copy
+
+        def emit(ev: Event) -> None:
+            if type(ev) not in types:
+                raise not_an_event(ev)
+            if ev.seq >= 0:
+                # Emitted before: the queued object keeps its own envelope.
+                ev = copy_event(ev)
+            ev.time = now()
+            ev.seq = next_seq()
+            n = len(queue)
+            if n >= buffer:
+                # Dropped; its seq is taken, so trace_closed counts it.
+                count_full()
+                return
+            append(ev)
+            if n >= batch_size:
+                wake()
+
+        return emit
+
+    def _emit_lazy(self, ev: Event) -> None:
+        if type(ev) not in _EVENT_TYPES:
+            raise not_an_event(ev)
+        with self._open_lock:
+            if self._state == "new":
+                self._start(wait=False)
+        self.emit(ev)
+
+    def _wake(self) -> None:
+        if self._wake_pending:
+            return
+        self._wake_pending = True
+        if os.getpid() != self._pid:
+            # Forked by something that runs no fork hooks: start over here.
+            self._after_fork()
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop has nothing to wake
+            self._loop.call_soon_threadsafe(self._wake_event.set)
+
+    # --- lifecycle ----------------------------------------------------------
+
+    def _start(self, *, wait: bool) -> None:
+        run = Run()
+        self._run = run
+        self._pid = run.pid
+        self._queue = deque()
+        self._markers = deque()
+        self._seq = itertools.count(1)
+        self._full_drops = itertools.count()
+        self._buffer = self._config.buffer
+        self._batch_size = self._config.batch_size
+        self._wake_pending = False
+        self._opened = threading.Event()
+        self._open_error = None
+        self._open_waited = wait
+        self._close_marker = None
+        loop = asyncio.new_event_loop()
+        loop.set_default_executor(_InlineExecutor())
+        self._loop = loop
+        self._wake_event = asyncio.Event()
+        thread = threading.Thread(
+            target=self._thread_main, name=f"rollout_trace writer {run.run_id[:8]}", daemon=True
+        )
+        self._thread = thread
+        self.run_id = run.run_id
+        self._state = "open"
+        self.emit = self._make_emit()
+        _live.add(self)
+        thread.start()
+        if wait:
+            self._opened.wait()
+            if self._open_error is not None:
+                self._state = "closed"
+                self.emit = noop_emit
+                _live.discard(self)
+                thread.join()
+                raise self._open_error
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every event emitted before the call, from any thread, is written.
+
+        Returns ``False`` if ``timeout`` seconds passed first; at once, and
+        ``True``, for a tracer that is disabled, not open or closed.
+        """
+        if self._state != "open":
+            return True
+        marker = _Marker()
+        self._enqueue_marker(marker)
+        return marker.done.wait(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Write what is queued and ``trace_closed``, close the sinks; idempotent.
+
+        One deadline (``timeout``, default the tracer's ``close_timeout``)
+        covers the drain and the sinks' close; what is not written by then is
+        counted as dropped, and the writer thread is left to end on its own.
+        """
+        if self._state != "open":
+            self._state = "closed" if self._state == "new" else self._state
+            return
+        # Emits go on being queued behind the close marker, never written:
+        # their seq numbers are taken, so trace_closed counts them as dropped.
+        self._state = "closing"
+        if timeout is None:
+            timeout = self._config.close_timeout
+        marker = _CloseMarker(timeout)
+        self._close_marker = marker
+        self._enqueue_marker(marker)
+        if not marker.done.wait(timeout):
+            logger.warning(
+                "rollout_trace: closing run %s took longer than %ss; what was not written "
+                "by then is lost and trace_closed may be missing",
+                self.run_id,
+                timeout,
+            )
+        else:
+            self._thread.join(max(0.0, marker.deadline - _monotonic()))
+        self._state = "closed"
+        self.emit = noop_emit
+        _live.discard(self)
+
+    def _enqueue_marker(self, marker: _Marker) -> None:
+        # The side deque first: the writer scans a drained batch for markers
+        # only while it holds one.
+        self._markers.append(marker)
+        self._queue.append(marker)
+        self._wake()
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's run; open a new one on the first emit."""
+        if self._state not in ("open", "closing"):
+            return
+        # The parent's queue, loop, thread and sinks are left untouched: closing
+        # them here could write the parent's data a second time.
+        self._state = "new"
+        self.run_id = None
+        self._open_lock = threading.Lock()
+        self.emit = self._emit_lazy
+
+    # --- the writer thread --------------------------------------------------
+
+    def _thread_main(self) -> None:
+        loop = self._loop
+        try:
+            loop.run_until_complete(self._writer())
+        except BaseException as exc:  # never let the writer thread print a traceback
+            logger.error("rollout_trace: the writer thread of run %s failed: %r", self.run_id, exc)
+        finally:
+            self._opened.set()
+            with contextlib.suppress(Exception):
+                loop.close()
+
+    async def _writer(self) -> None:
+        run = self._run
+        try:
+            sinks = await open_sinks(self._specs, run_id=run.run_id, pid=run.pid, host=run.host)
+        except BaseException as exc:
+            self._open_error = exc
+            if not self._open_waited:
+                # Opened lazily: nobody waits to hear it, so say it once.
+                logger.warning("rollout_trace: tracing is off for this process: %s", exc)
+            self.emit = noop_emit
+            self._state = "closed"
+            return
+        pipeline = Pipeline(sinks, run.run_id)
+        self._opened.set()
+        async with anyio.create_task_group() as tg:
+            pipeline.start(tg)
+            await pipeline.write([run.opened(self._config.meta)], count=False)
+            close = await self._serve(pipeline)
+            # Every emit took a seq number: the next one closes the run, and
+            # the ones before it are what was emitted.
+            last = next(self._seq)
+            self.emit = noop_emit
+            self._queue.clear()
+            closed = run.closed(
+                seq=last, emitted=last - 1, written=pipeline.written, invalid=pipeline.invalid
+            )
+            if _monotonic() < close.deadline:
+                await pipeline.write([closed], count=False)
+            await pipeline.aclose()
+        close.done.set()
+
+    async def _serve(self, pipeline: Pipeline) -> _CloseMarker:
+        """Write batches as they fill or the flush interval passes, up to the close marker."""
+        interval = self._config.flush_interval
+        wake = self._wake_event
+        while True:
+            with anyio.move_on_after(interval):
+                await wake.wait()
+            wake.clear()
+            self._wake_pending = False
+            close = await self._drain(pipeline)
+            pipeline.report_full_buffer(peek_count(self._full_drops), self._buffer)
+            if close is not None:
+                return close
+
+    async def _drain(self, pipeline: Pipeline) -> _CloseMarker | None:
+        """Write everything queued; handle markers in order. Returns the close marker."""
+        queue = self._queue
+        pop = queue.popleft
+        while queue:
+            items = [pop() for _ in range(len(queue))]
+            if not self._markers:
+                await self._write(pipeline, items)
+                continue
+            start = 0
+            for i, item in enumerate(items):
+                if not isinstance(item, _Marker):
+                    continue
+                await self._write(pipeline, items[start:i])
+                start = i + 1
+                self._markers.popleft()
+                if isinstance(item, _CloseMarker):
+                    # Anything after the close marker came too late for this run.
+                    return item
+                await pipeline.flush()
+                item.done.set()
+            await self._write(pipeline, items[start:])
+        return None
+
+    async def _write(self, pipeline: Pipeline, items: list[Any]) -> None:
+        close = self._close_marker
+        if close is None:
+            await pipeline.write(items)
+            return
+        # Closing: write in chunks while the drain deadline allows; the rest
+        # is dropped (trace_closed counts it).
+        for start in range(0, len(items), self._batch_size):
+            if _monotonic() >= close.drain_deadline:
+                return
+            await pipeline.write(items[start : start + self._batch_size])
+
+
+def _unpickle(config: TracerConfig) -> SyncTracer:
+    return SyncTracer(config, lazy=True)
+
+
+def _after_fork_in_child() -> None:
+    for tracer in list(_live):
+        tracer._after_fork()
+
+
+def _close_all_at_exit() -> None:
+    for tracer in list(_live):
+        tracer.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all_at_exit)
+
+
+def sync_tracer(
+    *uris: str,
+    enabled: bool = True,
+    meta: Mapping[str, Any] | None = None,
+    buffer: int = DEFAULT_BUFFER,
+    batch_size: int = DEFAULT_BATCH,
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+) -> SyncTracer:
+    """A tracer for threads, sync code and Ray actors, with one writer thread.
+
+    Opens at once (a sink that cannot be opened raises here) and is closed by
+    ``close()``, by leaving a ``with`` block, or at interpreter exit. The
+    arguments are those of ``rt.tracer()``. A disabled tracer holds no thread,
+    queue or lock, and pickles; an enabled one pickles as its configuration
+    and opens a new run on its first emit in the process that unpickles it.
+    """
+    config = TracerConfig.make(
+        uris,
+        enabled=enabled,
+        meta=meta,
+        buffer=buffer,
+        batch_size=batch_size,
+        flush_interval=flush_interval,
+        close_timeout=close_timeout,
+    )
+    return SyncTracer(config)
