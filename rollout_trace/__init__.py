@@ -32,10 +32,17 @@ from ._events import (
     WeightsSynced,
     event_types,
 )
+from ._sync import SyncTracer, sync_tracer
+from ._tracer import Tracer, tracer
 from ._version import __version__
 
 __all__ = [
     "__version__",
+    # tracers
+    "tracer",
+    "sync_tracer",
+    "Tracer",
+    "SyncTracer",
     # events
     "Event",
     "TraceOpened",

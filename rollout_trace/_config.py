@@ -13,7 +13,7 @@ from typing import Any
 
 from ._encoding import encode_one
 from ._events import TraceClosed, TraceOpened
-from ._sinkspec import SinkSpec, parse_uri, uris_from_env
+from ._sinkspec import SinkSpec, capture_override, parse_uri, uris_from_env
 from ._version import __version__
 
 __all__ = ["TracerConfig", "Run", "noop_emit"]
@@ -65,6 +65,8 @@ class TracerConfig:
         if enabled and not uris:
             uris = tuple(uris_from_env())
             enabled = bool(uris)
+        if capture_override:
+            enabled = True  # capture_events() sees the events of every tracer
         meta = dict(meta or {})
         if not all(isinstance(k, str) for k in meta):
             raise TypeError(f"meta keys must be str, got {sorted(map(repr, meta))}")
@@ -73,7 +75,8 @@ class TracerConfig:
         except (TypeError, ValueError) as exc:
             raise TypeError(f"meta must be JSON-encodable: {exc}") from exc
         buffer = _positive("buffer", buffer, int)
-        batch_size = min(_positive("batch_size", batch_size, int), buffer)
+        # At least two batches fit in the buffer: one filling, one being written.
+        batch_size = min(_positive("batch_size", batch_size, int), max(1, buffer // 2))
         return cls(
             uris=uris,
             enabled=enabled,

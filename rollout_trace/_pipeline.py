@@ -178,3 +178,4 @@ class Pipeline:
         """Stop every sink at once (the close deadline has passed)."""
         for worker in self._workers:
             worker.scope.cancel()
+            worker.send.close()

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from urllib.parse import parse_qsl
@@ -126,10 +126,17 @@ def uris_from_env() -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+# While rollout_trace.testing.capture_events() is active, every tracer that
+# opens writes to the sinks this returns instead of its own.
+capture_override: list[Callable[[], list[tuple[str, Sink]]]] = []
+
+
 async def open_sinks(
     specs: Sequence[SinkSpec], *, run_id: str, pid: int, host: str
 ) -> list[tuple[str, Sink]]:
     """Build and open every sink, or none: on failure close what opened and raise."""
+    if capture_override:
+        return capture_override[-1]()
     opened: list[tuple[str, Sink]] = []
     try:
         for spec in specs:

@@ -26,6 +26,8 @@ from typing import Any
 
 import anyio
 
+from sinks import Sink
+
 from ._config import (
     DEFAULT_BATCH,
     DEFAULT_BUFFER,
@@ -114,6 +116,7 @@ class SyncTracer:
     _loop: asyncio.AbstractEventLoop
     _wake_event: asyncio.Event
     _thread: threading.Thread
+    _sinks: list[Sink]
 
     def __init__(self, config: TracerConfig, *, lazy: bool = False) -> None:
         self._config = config
@@ -139,6 +142,11 @@ class SyncTracer:
     @property
     def uris(self) -> tuple[str, ...]:
         return self._config.uris
+
+    @property
+    def sinks(self) -> list[Sink]:
+        """The open run's sinks (for tests: ``t.sinks[0].lines()`` of a ``memory://``)."""
+        return list(self._sinks) if self._state in ("open", "closing") else []
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A tracer travels as its configuration and opens lazily where it lands,
@@ -344,6 +352,7 @@ class SyncTracer:
             self._state = "closed"
             return
         pipeline = Pipeline(sinks, run.run_id)
+        self._sinks = pipeline.sinks
         self._opened.set()
         async with anyio.create_task_group() as tg:
             pipeline.start(tg)

@@ -147,11 +147,13 @@ class Tracer:
                 self._queued += 1
                 pending.clear()
                 return
-        # The buffer is full, or the run is closing: drop the newest event. Its
-        # seq is taken, so trace_closed counts it as dropped.
-        pending.pop()
-        if self._state == "open":
-            self._full_drops += 1
+        # The buffer is full, or the run is closing: the pending batch may fill
+        # up, and past that the newest event is dropped. Its seq is taken, so
+        # trace_closed counts it as dropped.
+        if len(pending) > self._batch_size:
+            pending.pop()
+            if self._state == "open":
+                self._full_drops += 1
 
     def _emit_not_open(self, ev: Event) -> None:
         if type(ev) not in _EVENT_TYPES:
@@ -209,8 +211,11 @@ class Tracer:
         try:
             await self.aclose()
         finally:
-            suppress = await self._tg.__aexit__(exc_type, exc, tb)
-        return suppress
+            # Our tasks have ended by now. The body's exception is not passed
+            # on: the task group would wrap it in an ExceptionGroup, and the
+            # user's exception must come out of the block as it went in.
+            await self._tg.__aexit__(None, None, None)
+        return None
 
     async def flush(self) -> None:
         """Return once every event emitted before the call is written by every sink."""
@@ -248,13 +253,14 @@ class Tracer:
                 self._config.close_timeout,
                 peek_count(self._seq) - 1 - self._pipeline.written - self._pipeline.invalid,
             )
+        self._send.close()
         self._state = "closed"
         self.emit = noop_emit
 
     async def _pump(self) -> None:
         pipeline = self._pipeline
         receive = self._receive
-        with self._pump_scope:
+        with self._pump_scope, receive:
             try:
                 while True:
                     item: _Item | None = None

@@ -1,0 +1,95 @@
+"""Helpers for testing code that emits events: ``capture_events()``.
+
+Like structlog's ``capture_logs``: inside the block, every tracer that is
+created and opened (async or sync, enabled or not, whatever its URIs) writes
+to memory instead, and the block's value gives the events back, typed::
+
+    from rollout_trace.testing import capture_events
+
+    def test_dispatch():
+        with capture_events() as events:
+            run_controller_once()          # opens and closes its own tracer
+        assert events.of_type(rt.AttemptDispatched)[0].attempt == 0
+
+Events show up once written: after the tracer's ``flush()`` or close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TypeVar, overload
+
+import msgspec
+
+from sinks import MemorySink, Sink
+
+from ._decoding import UnknownEvent, decode_line
+from ._events import LIFECYCLE_EVENTS, Event, tag_of
+from ._sinkspec import capture_override
+
+__all__ = ["CapturedEvents", "capture_events"]
+
+E = TypeVar("E", bound=Event)
+
+
+class CapturedEvents(Sequence[Event]):
+    """The events written so far by tracers opened inside ``capture_events()``.
+
+    A sequence of the user's events (lifecycle events left out; ``all()``
+    has them), each with its envelope (``time``, ``run_id``, ``seq``).
+    """
+
+    def __init__(self) -> None:
+        self._sinks: list[MemorySink] = []
+
+    def _new_sink(self) -> list[tuple[str, Sink]]:
+        sink = MemorySink("capture", {})
+        self._sinks.append(sink)
+        return [("memory://capture", sink)]
+
+    def all(self) -> list[Event | UnknownEvent]:
+        """Every event written, lifecycle events included, run by run."""
+        return [decode_line(line) for sink in self._sinks for line in sink.lines()]
+
+    def _events(self) -> list[Event]:
+        return [
+            ev
+            for ev in self.all()
+            if isinstance(ev, Event) and tag_of(type(ev)) not in LIFECYCLE_EVENTS
+        ]
+
+    def of_type(self, cls: type[E]) -> list[E]:
+        """The events of one class (subclasses included)."""
+        return [ev for ev in self._events() if isinstance(ev, cls)]
+
+    def without_envelope(self) -> list[Event]:
+        """The events with the envelope reset, to compare with freshly built ones."""
+        return [msgspec.structs.replace(ev, time=0.0, run_id="", seq=-1) for ev in self._events()]
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        return self._events()[index]
+
+    def __len__(self) -> int:
+        return len(self._events())
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events())
+
+    def __repr__(self) -> str:
+        return f"CapturedEvents({self._events()!r})"
+
+
+@contextmanager
+def capture_events() -> Iterator[CapturedEvents]:
+    """Capture the events of every tracer created and opened inside the block."""
+    captured = CapturedEvents()
+    capture_override.append(captured._new_sink)
+    try:
+        yield captured
+    finally:
+        capture_override.remove(captured._new_sink)

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+import logging
+
+import pytest
+from plugin_sinks import plugins  # noqa: F401 - a fixture
+
+import rollout_trace  # noqa: F401 - the logger exists before caplog looks
+
+
+@pytest.fixture
+def trace_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Records what the `rollout_trace` logger says, at WARNING and up."""
+    caplog.set_level(logging.WARNING, logger="rollout_trace")
+    return caplog

@@ -1,0 +1,78 @@
+"""Sinks that third parties could ship, registered as plugins by the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib.metadata import EntryPoint
+
+import anyio
+import pytest
+
+import rollout_trace._sinkspec as sinkspec
+from sinks import MemorySink, Sink, SinkOptionValueError
+
+
+class FailingSink(MemorySink):
+    """Keeps the first ``ok`` batches, then raises OSError on every write."""
+
+    options = frozenset({"ok"})
+
+    def __init__(self, location: str, options: Mapping[str, str]) -> None:
+        super().__init__(location, options)
+        try:
+            self.ok = int(options.get("ok", "0"))
+        except ValueError as exc:
+            raise SinkOptionValueError(f"ok={options['ok']!r} is not an integer") from exc
+        self.writes = 0
+        self.closed = False
+
+    async def write(self, data: bytes) -> None:
+        self.writes += 1
+        if self.writes > self.ok:
+            raise OSError(28, "No space left on device (injected)")
+        await super().write(data)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class SlowSink(MemorySink):
+    """Sleeps ``delay`` seconds in every write, without blocking the loop."""
+
+    options = frozenset({"delay"})
+
+    def __init__(self, location: str, options: Mapping[str, str]) -> None:
+        super().__init__(location, options)
+        self.delay = float(options.get("delay", "0.05"))
+
+    async def write(self, data: bytes) -> None:
+        await anyio.sleep(self.delay)
+        await super().write(data)
+
+
+class UnopenableSink(Sink):
+    async def open(self) -> None:
+        raise PermissionError(13, "Permission denied (injected)")
+
+
+class NotASink:
+    pass
+
+
+PLUGINS = {
+    "failing": "plugin_sinks:FailingSink",
+    "slow": "plugin_sinks:SlowSink",
+    "unopenable": "plugin_sinks:UnopenableSink",
+    "notasink": "plugin_sinks:NotASink",
+    "broken": "plugin_sinks_missing_module:Nothing",
+}
+
+
+@pytest.fixture
+def plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Install the test plugins the way an installed package would: as entry points."""
+    registry = sinkspec._registry()
+    for name, value in PLUGINS.items():
+        monkeypatch.setitem(
+            registry, name, EntryPoint(name=name, value=value, group=sinkspec.ENTRY_POINT_GROUP)
+        )
