@@ -1,7 +1,5 @@
 """rollout_trace: typed, non-blocking event tracing for asyncio RL controllers."""
 
-from __future__ import annotations
-
 from ._decoding import UnknownEvent
 from ._errors import (
     RolloutTraceError,

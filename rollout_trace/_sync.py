@@ -118,7 +118,7 @@ class SyncTracer:
     _thread: threading.Thread
     _sinks: list[Sink]
 
-    def __init__(self, config: TracerConfig, *, lazy: bool = False) -> None:
+    def __init__(self, config: TracerConfig) -> None:
         self._config = config
         self._specs = config.specs()
         self._state = "new"
@@ -127,11 +127,10 @@ class SyncTracer:
             self.emit = noop_emit
             return
         self._open_lock = threading.Lock()
-        if lazy:
-            # Unpickled or forked: open on the first emit, in this process.
-            self.emit = self._emit_lazy
-        else:
-            self._start(wait=True)
+        # Not opened yet: open() or `with` opens and raises what goes wrong;
+        # otherwise the first emit opens it (a tracer handed to another
+        # process opens there, with a run of its own).
+        self.emit = self._emit_lazy
 
     # --- configuration, pickling --------------------------------------------
 
@@ -157,12 +156,20 @@ class SyncTracer:
         uris = ", ".join(self._config.uris) or "disabled"
         return f"<rollout_trace.SyncTracer {self._state} run_id={self.run_id} sinks=[{uris}]>"
 
-    def __enter__(self) -> SyncTracer:
-        if self._state == "new" and self._config.enabled:
+    def open(self) -> SyncTracer:
+        """Open the sinks and start the writer thread now; raise if a sink cannot open.
+
+        ``with`` calls it; without it, the first ``emit`` opens the tracer and
+        an error is logged once instead. Opening an open tracer does nothing.
+        """
+        if self._config.enabled and self._state == "new":
             with self._open_lock:
                 if self._state == "new":
                     self._start(wait=True)
         return self
+
+    def __enter__(self) -> SyncTracer:
+        return self.open()
 
     def __exit__(
         self,
@@ -423,7 +430,7 @@ class SyncTracer:
 
 
 def _unpickle(config: TracerConfig) -> SyncTracer:
-    return SyncTracer(config, lazy=True)
+    return SyncTracer(config)
 
 
 def _after_fork_in_child() -> None:
@@ -451,11 +458,12 @@ def sync_tracer(
 ) -> SyncTracer:
     """A tracer for threads, sync code and Ray actors, with one writer thread.
 
-    Opens at once (a sink that cannot be opened raises here) and is closed by
-    ``close()``, by leaving a ``with`` block, or at interpreter exit. The
-    arguments are those of ``rt.tracer()``. A disabled tracer holds no thread,
-    queue or lock, and pickles; an enabled one pickles as its configuration
-    and opens a new run on its first emit in the process that unpickles it.
+    Opened by ``with`` or ``open()`` (a sink that cannot be opened raises
+    there) or else by its first ``emit``; closed by ``close()``, by leaving
+    the ``with`` block, or at interpreter exit. The arguments are those of
+    ``rt.tracer()``. A disabled tracer holds no thread, queue or lock, and
+    pickles; an enabled one pickles as its configuration and opens a new run
+    on its first emit in the process that unpickles it.
     """
     config = TracerConfig.make(
         uris,

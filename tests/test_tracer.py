@@ -141,7 +141,7 @@ async def test_the_flush_interval_writes_a_partial_batch(tmp_path: Path) -> None
 )
 async def test_emitting_a_non_event_is_a_type_error(thing: Any) -> None:
     async with rt.tracer("memory://") as t:
-        with pytest.raises(TypeError, match="takes an rollout_trace.Event"):
+        with pytest.raises(TypeError, match=r"takes an rollout_trace\.Event"):
             t.emit(thing)
         t.emit(dispatched(1))  # and the tracer goes on
         sink = memory(t)

@@ -1,0 +1,136 @@
+"""``rollout-trace cost``: the restore-cost figures of every stop in a trace set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ._analysis import CostAnalysis, StopCost, gc_paused
+from ._cli_common import add_paths, blocks, fmt_num, fmt_time, table
+from ._reader import ReadProblem
+
+__all__ = ["register"]
+
+_EPILOG = """\
+examples:
+  rollout-trace cost runs/*.jsonl
+  rollout-trace cost 'logs/**/rollout_trace*.jsonl.gz' --json > cost.json
+
+A stop is a run followed by a later run whose rollout work begins with
+restore_started. Exit status: 0 every figure computed, 1 some figure could not
+be computed (shown as n/a, with the reason), 2 wrong usage or a missing file.
+"""
+
+# figure -> (unit, what it is), in SPEC order.
+_ROWS: dict[str, tuple[str, str]] = {
+    "stop_time": ("", "last event of the stopped run"),
+    "downtime_s": ("s", "stop to restore_started"),
+    "restore_s": ("s", "restore_started to restore_finished"),
+    "restored_step": ("step", "step of what was restored"),
+    "captured_at": ("", "when the restored state was captured"),
+    "in_flight": ("siblings", "open tries at the stop"),
+    "resumed": ("siblings", "open tries the restored run resumed"),
+    "restarted": ("siblings", "open tries started over"),
+    "thrown_away_s": ("s", "work of the restarted tries"),
+    "redone": ("siblings", "sealed after the capture, so done again"),
+    "redone_s": ("s", "work of the redone tries"),
+    "lost_s": ("s", "thrown_away_s + redone_s"),
+    "lost_steps": ("steps", "trained after the restored step"),
+    "lost_steps_s": ("s", "stop minus the last kept step"),
+}
+_SUMMED = [
+    "downtime_s",
+    "restore_s",
+    "in_flight",
+    "resumed",
+    "restarted",
+    "thrown_away_s",
+    "redone",
+    "redone_s",
+    "lost_s",
+    "lost_steps",
+    "lost_steps_s",
+]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "cost",
+        help="what each stop and restore cost (SPEC section 4)",
+        description="Compute the restore-cost figures of every stop in a trace set.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_paths(p)
+    p.add_argument("--json", action="store_true", help='print {"stops": [...]} as JSON')
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    problems: list[ReadProblem] = []
+    analysis = CostAnalysis()
+    with gc_paused():
+        for _, events, _ in blocks(args.paths, problems):
+            analysis.add(events)
+        stops = analysis.stops()
+    for p in problems:
+        print(f"rollout-trace: {p}", file=sys.stderr)
+    for note in analysis.notes:
+        print(f"rollout-trace: note: {note}", file=sys.stderr)
+    if args.json:
+        doc = {
+            "stops": [s.to_dict() for s in stops],
+            "reasons": [
+                {
+                    "stopped_run": s.stopped_run,
+                    "restored_run": s.restored_run,
+                    "figure": figure,
+                    "reason": reason,
+                }
+                for s in stops
+                for figure, reason in s.reasons.items()
+            ],
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render(stops))
+    return 1 if any(s.reasons for s in stops) else 0
+
+
+def _value(stop: StopCost, figure: str) -> str:
+    v = getattr(stop, figure)
+    if figure in ("stop_time", "captured_at"):
+        return fmt_time(v)
+    return fmt_num(v)
+
+
+def render(stops: list[StopCost]) -> str:
+    if not stops:
+        return "no stops: no run in the trace set begins with a restore"
+    out: list[str] = []
+    for i, stop in enumerate(stops, 1):
+        out.append(
+            f"stop {i} of {len(stops)}: run {stop.stopped_run} stopped; "
+            f"run {stop.restored_run} restored {stop.restore_path!r}"
+        )
+        rows = []
+        for figure, (unit, what) in _ROWS.items():
+            note = what
+            if figure == "captured_at" and stop.captured_from:
+                note = f"{what} ({stop.captured_from})"
+            if figure in stop.reasons:
+                note = f"n/a: {stop.reasons[figure]}"
+            rows.append([figure, _value(stop, figure), unit, note])
+        out.append(table(["figure", "value", "unit", "meaning"], rows, right=[1], indent="  "))
+        out.append("")
+    totals = []
+    for figure in _SUMMED:
+        values = [getattr(s, figure) for s in stops]
+        known = [v for v in values if v is not None]
+        total = sum(known) if len(known) == len(values) else None
+        totals.append([figure, fmt_num(total), _ROWS[figure][0]])
+    out.append(f"all {len(stops)} stop(s)")
+    out.append(table(["total", "value", "unit"], totals, right=[1], indent="  "))
+    return "\n".join(out)

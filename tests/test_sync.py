@@ -1,0 +1,295 @@
+"""The sync tracer (SPEC section 7): threads, flush, close, fork, pickling, exit."""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from samples import dispatched
+from tracecheck import check_runs, only_run
+
+import rollout_trace as rt
+
+
+def _emit_many(t: rt.SyncTracer, thread: int, n: int, progress: list[int] | None = None) -> None:
+    for i in range(n):
+        t.emit(
+            rt.AttemptDispatched(
+                group_id="g", prompt_id=i, generation_index=thread, attempt=0, weight_version=0
+            )
+        )
+        if progress is not None:
+            progress[thread] = i + 1
+
+
+@pytest.mark.parametrize(
+    ("buffer", "may_drop"),
+    [
+        (500_000, False),  # room for every event: none may be dropped
+        (1_000, True),  # a small buffer: drops are counted, never lost
+    ],
+)
+def test_eight_threads_every_event_written_once_or_counted(
+    buffer: int, may_drop: bool, tmp_path: Path
+) -> None:
+    path = tmp_path / "t.jsonl"
+    t = rt.sync_tracer(str(path), buffer=buffer)
+    threads = [threading.Thread(target=_emit_many, args=(t, k, 50_000)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    t.close()
+    run = only_run(path.read_bytes(), allow_drops=may_drop)
+    assert run.closed is not None
+    c = run.closed
+    assert c["emitted"] == 400_000
+    assert c["written"] == len(run.events)
+    keys = collections.Counter((e["generation_index"], e["prompt_id"]) for e in run.events)
+    assert max(keys.values()) == 1  # nothing written twice
+    if not may_drop:
+        assert c["dropped"] == 0
+        assert len(keys) == 400_000
+
+
+def test_flush_from_one_thread_while_others_emit(tmp_path: Path) -> None:
+    path = tmp_path / "f.jsonl"
+    t = rt.sync_tracer(str(path), flush_interval=30, buffer=1_000_000)
+    progress = [0, 0, 0]
+    threads = [threading.Thread(target=_emit_many, args=(t, k, 60_000, progress)) for k in range(3)]
+    for th in threads:
+        th.start()
+    checks = 0
+    while any(th.is_alive() for th in threads) and checks < 5:
+        time.sleep(0.01)
+        before = list(progress)  # every event counted here was emitted before flush()
+        assert t.flush(timeout=60)
+        written = {(e["generation_index"], e["prompt_id"]) for e in _user_events(path)}
+        for thread, n in enumerate(before):
+            missing = [i for i in range(n) if (thread, i) not in written]
+            assert missing == [], f"thread {thread}: {len(missing)} events not on disk"
+        checks += 1
+    for th in threads:
+        th.join()
+    t.close()
+    assert checks > 0
+
+
+def _user_events(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    lines = [json.loads(line) for line in path.read_bytes().splitlines()]
+    return [o for o in lines if o["event"] == "attempt_dispatched"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize("round_", range(5))
+def test_fork_while_three_threads_emit(round_: int, tmp_path: Path) -> None:
+    t = rt.sync_tracer(f"{tmp_path}/{{pid}}-{{run_id}}.jsonl", buffer=1_000_000)
+    stop = threading.Event()
+
+    def spin(k: int) -> None:
+        i = 0
+        while not stop.is_set():
+            t.emit(dispatched(k * 1_000_000 + i))
+            i += 1
+
+    threads = [threading.Thread(target=spin, args=(k,)) for k in range(3)]
+    for th in threads:
+        th.start()
+    time.sleep(0.05)
+    pid = os.fork()
+    if pid == 0:  # the child: a fresh run of its own, then out
+        code = 1
+        try:
+            for i in range(100):
+                t.emit(rt.WeightsSynced(weight_version=i))
+            t.close(timeout=10)
+            code = 0
+        finally:
+            os._exit(code)
+    time.sleep(0.05)
+    stop.set()
+    for th in threads:
+        th.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    t.close()
+    parent = only_run((tmp_path / f"{os.getpid()}-{t.run_id}.jsonl").read_bytes())
+    assert parent.closed is not None and parent.closed["emitted"] > 0
+    (child_file,) = tmp_path.glob(f"{pid}-*.jsonl")
+    child = only_run(child_file.read_bytes())
+    assert child.run_id != parent.run_id
+    assert child.opened["pid"] == pid
+    assert [e["weight_version"] for e in child.events] == list(range(100))  # no parent event
+
+
+def test_fork_into_the_same_file_keeps_runs_apart(tmp_path: Path) -> None:
+    path = tmp_path / "shared.jsonl"
+    t = rt.sync_tracer(str(path))
+    for i in range(10):
+        t.emit(dispatched(i))
+    pid = os.fork()
+    if pid == 0:
+        try:
+            t.emit(rt.WeightsSynced(weight_version=1))
+            t.close()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    t.emit(dispatched(10))
+    t.close()
+    runs = check_runs(path.read_bytes())
+    assert sorted(len(r.events) for r in runs.values()) == [1, 11]
+
+
+class Controller:
+    """Something a user would ship to a Ray actor, holding tracers."""
+
+    def __init__(self, trace: rt.SyncTracer, off: rt.SyncTracer) -> None:
+        self.trace = trace
+        self.off = off
+
+
+def test_pickling_round_trips_disabled_and_enabled(tmp_path: Path) -> None:
+    on = rt.sync_tracer(f"{tmp_path}/{{run_id}}.jsonl", meta={"actor": "x"})
+    on.emit(dispatched(0))
+    off = rt.sync_tracer(enabled=False)
+    clone = pickle.loads(pickle.dumps(Controller(on, off)))
+    on.close()
+    assert clone.off.enabled is False
+    clone.off.emit(dispatched(1))
+    clone.trace.emit(rt.WeightsSynced(weight_version=5))
+    clone.trace.close()
+    assert clone.trace.run_id not in (None, on.run_id)
+    new_run = only_run((tmp_path / f"{clone.trace.run_id}.jsonl").read_bytes())
+    assert [e["event"] for e in new_run.events] == ["weights_synced"]
+    assert new_run.opened["meta"] == {"actor": "x"}
+
+
+def test_a_disabled_tracer_holds_no_thread_queue_or_lock() -> None:
+    threads = threading.active_count()
+    t = rt.sync_tracer(enabled=False)
+    t.emit(dispatched(0))
+    assert t.flush() is True
+    t.close()
+    assert threading.active_count() == threads
+    kinds = (threading.Thread, type(threading.Lock()), collections.deque, threading.Event)
+    held = [k for k, v in vars(t).items() if isinstance(v, kinds)]
+    assert held == []
+    assert pickle.loads(pickle.dumps(t)).enabled is False
+
+
+def test_exit_without_close_writes_everything_and_trace_closed_last(tmp_path: Path) -> None:
+    path = tmp_path / "exit.jsonl"
+    code = textwrap.dedent(
+        f"""
+        import rollout_trace as rt
+        t = rt.sync_tracer({str(path)!r}, flush_interval=60)
+        for i in range(25_000):
+            t.emit(rt.WeightsSynced(weight_version=i))
+        # no close(): the atexit hook must write the rest and trace_closed
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b""
+    run = only_run(path.read_bytes())
+    assert run.closed is not None and run.closed["written"] == 25_000
+
+
+def test_close_is_idempotent_and_later_calls_are_quiet(
+    tmp_path: Path, trace_log: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "c.jsonl"
+    t = rt.sync_tracer(str(path))
+    t.emit(dispatched(0))
+    t.close()
+    size = path.stat().st_size
+    t.close()
+    t.emit(dispatched(1))
+    assert t.flush() is True
+    with t:
+        pass
+    assert path.stat().st_size == size
+    assert trace_log.records == []
+
+
+def test_emit_after_close_began_is_counted_as_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "late.jsonl"
+    t = rt.sync_tracer(str(path))
+    emit = t.emit  # a thread that cached emit and goes on after close
+    emit(dispatched(0))
+    t.close()
+    emit(dispatched(1))
+    run = only_run(path.read_bytes())
+    assert run.closed is not None and run.closed["emitted"] == 1
+
+
+@pytest.mark.usefixtures("plugins")
+def test_a_sink_that_cannot_open_raises_and_leaves_no_thread() -> None:
+    threads = threading.active_count()
+    t = rt.sync_tracer("memory://", "unopenable://")  # nothing opens yet
+    assert threading.active_count() == threads
+    with pytest.raises(rt.SinkOpenError, match="Permission denied"):
+        t.open()
+    assert threading.active_count() == threads
+
+
+@pytest.mark.usefixtures("plugins")
+def test_a_lazy_open_that_fails_is_reported_once_and_emit_stays_quiet(
+    trace_log: pytest.LogCaptureFixture,
+) -> None:
+    t = rt.sync_tracer("unopenable://")
+    for i in range(100):
+        t.emit(dispatched(i))  # opens on the first emit, in the writer thread
+    assert t.flush(timeout=5)
+    t.close()
+    messages = [r.getMessage() for r in trace_log.records]
+    assert len(messages) == 1 and "unopenable://" in messages[0], messages
+
+
+def test_creating_a_tracer_opens_nothing(tmp_path: Path) -> None:
+    t = rt.sync_tracer(f"{tmp_path}/x.jsonl")
+    assert t.run_id is None and list(tmp_path.iterdir()) == []
+    with t:
+        assert (tmp_path / "x.jsonl").exists()
+
+
+def test_emit_of_a_non_event_is_a_type_error() -> None:
+    with rt.sync_tracer("memory://") as t, pytest.raises(TypeError):
+        t.emit("attempt_dispatched")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("env", "enabled"), [(None, False), ("", False), ("null://", True)])
+def test_no_uri_reads_rollout_trace(
+    env: str | None, enabled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if env is None:
+        monkeypatch.delenv("ROLLOUT_TRACE", raising=False)
+    else:
+        monkeypatch.setenv("ROLLOUT_TRACE", env)
+    with rt.sync_tracer() as t:
+        assert t.enabled is enabled
+        assert len(t.sinks) == int(enabled)
+
+
+@pytest.mark.usefixtures("plugins")
+def test_close_honours_its_deadline(trace_log: pytest.LogCaptureFixture) -> None:
+    t = rt.sync_tracer("slow://?delay=0.3", batch_size=1)
+    for i in range(50):
+        t.emit(dispatched(i))
+    start = time.monotonic()
+    t.close(timeout=1.0)
+    assert time.monotonic() - start < 1.8
+    assert any("took longer" in r.getMessage() for r in trace_log.records)
