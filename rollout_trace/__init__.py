@@ -1,5 +1,7 @@
 """rollout_trace: typed, non-blocking event tracing for asyncio RL controllers."""
 
+from ._analysis import StopCost, restore_costs
+from ._config import TraceCounts
 from ._decoding import UnknownEvent
 from ._errors import (
     RolloutTraceError,
@@ -30,6 +32,7 @@ from ._events import (
     WeightsSynced,
     event_types,
 )
+from ._reader import ReadProblem, read, read_located
 from ._sync import SyncTracer, sync_tracer
 from ._tracer import Tracer, tracer
 from ._version import __version__
@@ -41,6 +44,7 @@ __all__ = [
     "sync_tracer",
     "Tracer",
     "SyncTracer",
+    "TraceCounts",
     # events
     "Event",
     "TraceOpened",
@@ -69,4 +73,10 @@ __all__ = [
     "SinkOptionError",
     "SinkOpenError",
     "TraceReadError",
+    # reading traces and restore costs
+    "read",
+    "read_located",
+    "ReadProblem",
+    "restore_costs",
+    "StopCost",
 ]

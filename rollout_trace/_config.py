@@ -9,14 +9,14 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._encoding import encode_one
 from ._events import TraceClosed, TraceOpened
 from ._sinkspec import SinkSpec, capture_override, parse_uri, uris_from_env
 from ._version import __version__
 
-__all__ = ["TracerConfig", "Run", "noop_emit"]
+__all__ = ["TracerConfig", "TraceCounts", "Run", "noop_emit"]
 
 DEFAULT_BUFFER = 65_536
 DEFAULT_BATCH = 4_096
@@ -92,15 +92,38 @@ class TracerConfig:
         return [parse_uri(uri) for uri in self.uris] if self.enabled else []
 
 
+class TraceCounts(NamedTuple):
+    """What a run's ``emit`` calls came to: ``trace_closed``'s counts, at any time.
+
+    ``pending`` is what is emitted but not yet handed to the sinks (0 once the
+    run is closed, when it has become ``written`` or ``dropped``).
+    """
+
+    emitted: int = 0
+    written: int = 0
+    dropped: int = 0
+    invalid: int = 0
+    pending: int = 0
+
+
 class Run:
     """One run's identity: a new ``run_id`` for every open, and in every process."""
 
-    __slots__ = ("host", "pid", "run_id")
+    __slots__ = ("final", "host", "pid", "run_id")
 
     def __init__(self) -> None:
         self.run_id = uuid.uuid4().hex
         self.pid = os.getpid()
         self.host = socket.gethostname()
+        self.final: TraceClosed | None = None
+
+    def counts(self, emitted: int, written: int, invalid: int, full_drops: int) -> TraceCounts:
+        """The counts so far; the final ones once ``closed()`` has been built."""
+        if self.final is not None:
+            f = self.final
+            return TraceCounts(f.emitted, f.written, f.dropped, f.invalid, 0)
+        pending = emitted - written - invalid - full_drops
+        return TraceCounts(emitted, written, full_drops, invalid, pending)
 
     def opened(self, meta: Mapping[str, Any]) -> TraceOpened:
         return TraceOpened(
@@ -112,9 +135,8 @@ class Run:
             meta=dict(meta),
         )
 
-    @staticmethod
-    def closed(*, seq: int, emitted: int, written: int, invalid: int) -> TraceClosed:
-        return TraceClosed(
+    def closed(self, *, seq: int, emitted: int, written: int, invalid: int) -> TraceClosed:
+        self.final = TraceClosed(
             time=time.time(),
             seq=seq,
             emitted=emitted,
@@ -122,3 +144,4 @@ class Run:
             dropped=emitted - written - invalid,
             invalid=invalid,
         )
+        return self.final

@@ -148,8 +148,10 @@ async def open_sinks(
                 raise SinkOpenError(spec.uri, reason) from exc
             opened.append((spec.uri, sink))
     except BaseException:
+        # Nothing half-opened is left behind: the sinks that did open take
+        # back what they made. The open error is the one to report.
         for _, sink in opened:
             with contextlib.suppress(Exception):
-                await sink.aclose()
+                await sink.discard()
         raise
     return opened

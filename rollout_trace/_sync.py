@@ -34,6 +34,7 @@ from ._config import (
     DEFAULT_CLOSE_TIMEOUT,
     DEFAULT_FLUSH_INTERVAL,
     Run,
+    TraceCounts,
     TracerConfig,
     noop_emit,
 )
@@ -117,6 +118,7 @@ class SyncTracer:
     _wake_event: asyncio.Event
     _thread: threading.Thread
     _sinks: list[Sink]
+    _pipeline: Pipeline
 
     def __init__(self, config: TracerConfig) -> None:
         self._config = config
@@ -146,6 +148,19 @@ class SyncTracer:
     def sinks(self) -> list[Sink]:
         """The open run's sinks (for tests: ``t.sinks[0].lines()`` of a ``memory://``)."""
         return list(self._sinks) if self._state in ("open", "closing") else []
+
+    @property
+    def counts(self) -> TraceCounts:
+        """This run's counts so far, as ``trace_closed`` will give them (zeros if never opened)."""
+        pipeline = getattr(self, "_pipeline", None)
+        if self._state == "new" or pipeline is None:
+            return TraceCounts()
+        return self._run.counts(
+            peek_count(self._seq) - 1,
+            pipeline.written,
+            pipeline.invalid,
+            peek_count(self._full_drops),
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A tracer travels as its configuration and opens lazily where it lands,
@@ -360,6 +375,7 @@ class SyncTracer:
             return
         pipeline = Pipeline(sinks, run.run_id)
         self._sinks = pipeline.sinks
+        self._pipeline = pipeline
         self._opened.set()
         async with anyio.create_task_group() as tg:
             pipeline.start(tg)

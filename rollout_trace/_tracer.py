@@ -21,6 +21,7 @@ from ._config import (
     DEFAULT_CLOSE_TIMEOUT,
     DEFAULT_FLUSH_INTERVAL,
     Run,
+    TraceCounts,
     TracerConfig,
     noop_emit,
 )
@@ -97,6 +98,14 @@ class Tracer:
     def sinks(self) -> list[Sink]:
         """The open run's sinks (for tests: ``t.sinks[0].lines()`` of a ``memory://``)."""
         return self._pipeline.sinks if self._state == "open" else []
+
+    @property
+    def counts(self) -> TraceCounts:
+        """This run's counts so far, as ``trace_closed`` will give them (zeros if never opened)."""
+        if self._state == "new" or not self._config.enabled:
+            return TraceCounts()
+        p = self._pipeline
+        return self._run.counts(peek_count(self._seq) - 1, p.written, p.invalid, self._full_drops)
 
     def __getstate__(self) -> dict[str, Any]:
         # A tracer travels as its configuration and opens anew where it lands.

@@ -19,7 +19,8 @@ class Sink:
     templates already filled in) and its query options, awaits ``open()`` once,
     then calls ``write()`` with whole lines, one batch at a time, never
     concurrently. ``flush()`` is called when the user asks for a flush and
-    ``aclose()`` once at the end, also after a failed ``write()``.
+    ``aclose()`` once at the end, also after a failed ``write()``; ``discard()``
+    instead of ``aclose()`` when the tracer could not open as a whole.
 
     A subclass lists the query options it knows in ``options``: the tracer
     rejects any other option before the sink is built, naming the known ones.
@@ -45,3 +46,11 @@ class Sink:
 
     async def aclose(self) -> None:
         """Release the resource. Called once, also after a failed write."""
+
+    async def discard(self) -> None:
+        """Undo a successful ``open()``, leaving nothing behind (no file, no folder).
+
+        Called instead of ``aclose()`` when another sink of the same tracer
+        failed to open, so the tracer does not open at all. Closes by default.
+        """
+        await self.aclose()

@@ -44,17 +44,38 @@ class JsonlSink(Sink):
         self.path = os.path.abspath(location)
         self._file: Any = None
         self._gzip: Any = None
+        self._made_dirs: list[str] = []
+        self._made_file = False
         self._compress = aiofiles.os.wrap(self._compress_sync)
         self._sync = aiofiles.os.wrap(os.fsync if self.fsync == "always" else os.fdatasync)
 
     async def open(self) -> None:
         parent = os.path.dirname(self.path)
-        await aiofiles.os.makedirs(parent, exist_ok=True)
-        self._file = await aiofiles.open(self.path, "ab", buffering=0)
+        # What this open makes, so that discard() can take it back.
+        self._made_dirs = _missing_dirs(parent)
+        self._made_file = not os.path.exists(self.path)
+        try:
+            await aiofiles.os.makedirs(parent, exist_ok=True)
+            self._file = await aiofiles.open(self.path, "ab", buffering=0)
+            if self.fsync == "always":
+                await aiofiles.os.wrap(_fsync_dir)(parent)
+        except BaseException:
+            await self.discard()
+            raise
         if self.path.endswith(".gz"):
             self._gzip = zlib.compressobj(wbits=31)  # 31: a gzip header and trailer
-        if self.fsync == "always":
-            await aiofiles.os.wrap(_fsync_dir)(parent)
+
+    async def discard(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            await file.close()
+        if self._made_file and os.path.exists(self.path) and os.path.getsize(self.path) == 0:
+            os.unlink(self.path)
+        for folder in self._made_dirs:  # deepest first
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
 
     def _compress_sync(self, data: bytes) -> bytes:
         return self._gzip.compress(data) + self._gzip.flush(zlib.Z_SYNC_FLUSH)  # type: ignore[no-any-return]
@@ -89,6 +110,18 @@ async def _write_all(file: Any, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[await file.write(view) :]
+
+
+def _missing_dirs(path: str) -> list[str]:
+    """The folders of ``path`` that do not exist yet, deepest first."""
+    missing = []
+    while path and not os.path.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
 
 
 def _fsync_dir(path: str) -> None:

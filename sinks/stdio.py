@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
-from typing import BinaryIO, TextIO
 
 import aiofiles.os
 
@@ -15,7 +13,7 @@ __all__ = ["StdoutSink", "StderrSink"]
 
 
 class _StdStreamSink(Sink):
-    _name = "stdout"
+    _fd = 1
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         super().__init__(location, options)
@@ -23,24 +21,20 @@ class _StdStreamSink(Sink):
         self._write_async = aiofiles.os.wrap(self._write_sync)
 
     def _write_sync(self, data: bytes) -> None:
-        stream: TextIO = getattr(sys, self._name)
-        # Write below the text layer when there is one, so our lines and the
-        # program's own prints share one buffer and keep their order.
-        target: BinaryIO | None = getattr(stream, "buffer", None)
+        # The descriptor, not sys.stdout: a write blocked on a slow reader must
+        # not hold the lock of Python's stdout buffer, or the interpreter's own
+        # flush at exit would wait for it forever.
+        view = memoryview(data)
         try:
-            if target is None:
-                stream.write(data.decode())
-                stream.flush()
-                return
-            target.write(data)
-            target.flush()
+            while view:
+                view = view[os.write(self._fd, view) :]
         except BrokenPipeError:
             # The reader went away (`... | head`). Point the descriptor at
             # /dev/null so that Python's own flush at exit does not fail and
             # turn the exit code into 120; then let the tracer stop this sink.
             devnull = os.open(os.devnull, os.O_WRONLY)
             try:
-                os.dup2(devnull, (target or stream).fileno())
+                os.dup2(devnull, self._fd)
             finally:
                 os.close(devnull)
             raise
@@ -50,12 +44,12 @@ class _StdStreamSink(Sink):
 
 
 class StdoutSink(_StdStreamSink):
-    """Writes to ``sys.stdout``'s binary buffer and flushes after every batch."""
+    """Writes each batch to file descriptor 1 with ``os.write``, whole lines only."""
 
-    _name = "stdout"
+    _fd = 1
 
 
 class StderrSink(_StdStreamSink):
-    """Writes to ``sys.stderr``'s binary buffer and flushes after every batch."""
+    """Writes each batch to file descriptor 2 with ``os.write``, whole lines only."""
 
-    _name = "stderr"
+    _fd = 2
