@@ -136,6 +136,13 @@ class Run:
         )
 
     def closed(self, *, seq: int, emitted: int, written: int, invalid: int) -> TraceClosed:
+        """The run's ``trace_closed``; the first call fixes the counts for good.
+
+        A close that gives up at its deadline calls it first, and what the
+        writer still manages after that does not change what close() reported.
+        """
+        if self.final is not None:
+            return self.final
         self.final = TraceClosed(
             time=time.time(),
             seq=seq,

@@ -19,7 +19,7 @@ __all__ = ["DRAIN_SHARE", "Pipeline", "logger", "peek_count"]
 logger = logging.getLogger("rollout_trace")
 
 # Encode at most this many events per call: msgspec holds the GIL while it
-# encodes, and threads that emit should not wait for a whole drained queue.
+# encodes, and between calls the interpreter can hand it to threads that emit.
 _ENCODE_CHUNK = 4096
 # Batches a sink may hold before the pipeline waits for it.
 _SINK_QUEUE = 4
@@ -124,29 +124,41 @@ class Pipeline:
             tg.start_soon(worker.run, name=f"rollout_trace sink {worker.uri}")
 
     async def write(self, events: Sequence[Event], *, count: bool = True) -> None:
-        """Encode and hand on ``events``; ``count=False`` for the lifecycle events."""
+        """Encode ``events`` and hand them to every sink as one write.
+
+        One write however many events: each write costs a system call, which
+        gives the GIL away, and a busy producer thread may keep it for the
+        whole switch interval (5 ms) before the writer gets it back.
+        ``count=False`` is for the lifecycle events.
+        """
         run_id = self.run_id
+        parts = []
         for start in range(0, len(events), _ENCODE_CHUNK):
             chunk = events[start : start + _ENCODE_CHUNK]
             for ev in chunk:
                 ev.run_id = run_id
             data, bad = self._encoder.encode(chunk)
+            parts.append(data)
             if count:
                 if bad:
-                    if self.invalid == 0:
-                        ev, exc = bad[0]
-                        logger.warning(
-                            "rollout_trace: event %s (seq %d) cannot be encoded and is counted "
-                            "as invalid (reported once; trace_closed counts them all): %s",
-                            type(ev).__struct_config__.tag,
-                            ev.seq,
-                            exc,
-                        )
+                    self._report_invalid(bad[0])
                     self.invalid += len(bad)
                 self.written += len(chunk) - len(bad)
-            if data:
-                for worker in self._workers:
-                    await worker.send.send(data)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        if data:
+            for worker in self._workers:
+                await worker.send.send(data)
+
+    def _report_invalid(self, first: tuple[Event, Exception]) -> None:
+        if self.invalid == 0:
+            ev, exc = first
+            logger.warning(
+                "rollout_trace: event %s (seq %d) cannot be encoded and is counted "
+                "as invalid (reported once; trace_closed counts them all): %s",
+                type(ev).__struct_config__.tag,
+                ev.seq,
+                exc,
+            )
 
     def report_full_buffer(self, drops: int, buffer: int) -> None:
         """Say once that the tracer's buffer overflowed (``drops`` so far)."""

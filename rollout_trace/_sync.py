@@ -1,17 +1,13 @@
 """The sync tracer: ``emit`` from any thread, one writer thread per tracer.
 
 The writer thread runs a private asyncio loop and the same pipeline and sinks
-as the async tracer. Its default executor runs calls inline: the writer
-thread is already off the callers' threads, so the sinks' thread hop would
-only cost time, and an inline executor still works during interpreter
-shutdown, when ``concurrent.futures`` refuses new work.
+as the async tracer, so there is one sink implementation, not two.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import contextlib
 import copy
 import itertools
@@ -49,15 +45,22 @@ _time = time.time
 _monotonic = time.monotonic
 
 
-class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):
-    """Runs submitted calls at once, in the calling (writer) thread."""
+class _WriterLoop(asyncio.SelectorEventLoop):
+    """The writer thread's loop: calls meant for an executor run inline.
 
-    def submit(
-        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    The writer thread is already off the callers' threads, so the sinks'
+    thread hop (aiofiles) would only cost time: a hand-off to a worker and a
+    wake-up through the loop's self-pipe for every write. Running inline also
+    keeps working during interpreter shutdown, when ``concurrent.futures``
+    refuses new work.
+    """
+
+    def run_in_executor(  # type: ignore[override]
+        self, executor: object, func: Callable[..., Any], *args: Any
+    ) -> asyncio.Future[Any]:
+        future = self.create_future()
         try:
-            future.set_result(fn(*args, **kwargs))
+            future.set_result(func(*args))
         except BaseException as exc:
             future.set_exception(exc)
         return future
@@ -113,6 +116,7 @@ class SyncTracer:
     _opened: threading.Event
     _open_error: BaseException | None
     _open_waited: bool
+    _writer_done: bool
     _close_marker: _CloseMarker | None
     _loop: asyncio.AbstractEventLoop
     _wake_event: asyncio.Event
@@ -264,9 +268,9 @@ class SyncTracer:
         self._opened = threading.Event()
         self._open_error = None
         self._open_waited = wait
+        self._writer_done = False
         self._close_marker = None
-        loop = asyncio.new_event_loop()
-        loop.set_default_executor(_InlineExecutor())
+        loop = _WriterLoop()
         self._loop = loop
         self._wake_event = asyncio.Event()
         thread = threading.Thread(
@@ -318,6 +322,7 @@ class SyncTracer:
         self._close_marker = marker
         self._enqueue_marker(marker)
         if not marker.done.wait(timeout):
+            self._give_up()
             logger.warning(
                 "rollout_trace: closing run %s took longer than %ss; what was not written "
                 "by then is lost and trace_closed may be missing",
@@ -330,12 +335,25 @@ class SyncTracer:
         self.emit = noop_emit
         _live.discard(self)
 
+    def _give_up(self) -> None:
+        """Past the close deadline: what is not written by now counts as dropped."""
+        pipeline = getattr(self, "_pipeline", None)
+        last = peek_count(self._seq)
+        self._run.closed(
+            seq=last,
+            emitted=last - 1,
+            written=pipeline.written if pipeline else 0,
+            invalid=pipeline.invalid if pipeline else 0,
+        )
+
     def _enqueue_marker(self, marker: _Marker) -> None:
         # The side deque first: the writer scans a drained batch for markers
         # only while it holds one.
         self._markers.append(marker)
         self._queue.append(marker)
         self._wake()
+        if self._writer_done:
+            self._release_markers()
 
     def _after_fork(self) -> None:
         """In a forked child: forget the parent's run; open a new one on the first emit."""
@@ -357,9 +375,18 @@ class SyncTracer:
         except BaseException as exc:  # never let the writer thread print a traceback
             logger.error("rollout_trace: the writer thread of run %s failed: %r", self.run_id, exc)
         finally:
+            self._writer_done = True
+            self._release_markers()
             self._opened.set()
             with contextlib.suppress(Exception):
                 loop.close()
+
+    def _release_markers(self) -> None:
+        # The writer has ended (its sinks failed to open, or the run is over):
+        # nobody waiting on a flush or close marker may wait for it in vain.
+        while self._markers:
+            with contextlib.suppress(IndexError):
+                self._markers.popleft().done.set()
 
     async def _writer(self) -> None:
         run = self._run

@@ -253,6 +253,14 @@ class Tracer:
             await self._send.send(_CLOSE)
             await self._pump_done.wait()
         if scope.cancelled_caught:
+            # Past the deadline: what is not written by now counts as dropped.
+            last = peek_count(self._seq)
+            self._run.closed(
+                seq=last,
+                emitted=last - 1,
+                written=self._pipeline.written,
+                invalid=self._pipeline.invalid,
+            )
             self._pump_scope.cancel()
             self._pipeline.abort()
             logger.warning(
@@ -271,10 +279,13 @@ class Tracer:
         receive = self._receive
         with self._pump_scope, receive:
             try:
+                carried: _Item | None = None
                 while True:
-                    item: _Item | None = None
-                    with anyio.move_on_after(self._config.flush_interval):
-                        item = await receive.receive()
+                    item: _Item | None = carried
+                    carried = None
+                    if item is None:
+                        with anyio.move_on_after(self._config.flush_interval):
+                            item = await receive.receive()
                     match item:
                         case None:  # the flush interval passed: write what is pending
                             if not self._pending:
@@ -284,6 +295,7 @@ class Tracer:
                             await self._write(item)
                         case list():
                             self._queued -= 1
+                            item, carried = self._take_queued(item)
                             if self._state == "open" or anyio.current_time() < self._drain_deadline:
                                 await self._write(item)
                         case _Flush():
@@ -308,6 +320,21 @@ class Tracer:
                 logger.exception("rollout_trace: the writer task failed; tracing stops")
             finally:
                 self._pump_done.set()
+
+    def _take_queued(self, batch: list[Event]) -> tuple[list[Event], _Item | None]:
+        """Join the batches already queued behind ``batch``, to write them at once.
+
+        Returns the joined batch and the marker that stopped the joining, if any.
+        """
+        while True:
+            try:
+                item = self._receive.receive_nowait()
+            except anyio.WouldBlock:
+                return batch, None
+            if not isinstance(item, list):
+                return batch, item
+            self._queued -= 1
+            batch.extend(item)
 
     async def _ship_pending(self) -> None:
         if self._pending:

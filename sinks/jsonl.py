@@ -51,9 +51,9 @@ class JsonlSink(Sink):
 
     async def open(self) -> None:
         parent = os.path.dirname(self.path)
-        # What this open makes, so that discard() can take it back.
-        self._made_dirs = _missing_dirs(parent)
-        self._made_file = not os.path.exists(self.path)
+        # What this open makes, so that discard() can take it back. Even a
+        # stat may block on a network file system: off the event loop.
+        self._made_dirs, self._made_file = await aiofiles.os.wrap(_plan)(self.path)
         try:
             await aiofiles.os.makedirs(parent, exist_ok=True)
             self._file = await aiofiles.open(self.path, "ab", buffering=0)
@@ -69,13 +69,7 @@ class JsonlSink(Sink):
         file, self._file = self._file, None
         if file is not None:
             await file.close()
-        if self._made_file and os.path.exists(self.path) and os.path.getsize(self.path) == 0:
-            os.unlink(self.path)
-        for folder in self._made_dirs:  # deepest first
-            try:
-                os.rmdir(folder)
-            except OSError:
-                break
+        await aiofiles.os.wrap(_undo)(self.path, self._made_file, self._made_dirs)
 
     def _compress_sync(self, data: bytes) -> bytes:
         return self._gzip.compress(data) + self._gzip.flush(zlib.Z_SYNC_FLUSH)  # type: ignore[no-any-return]
@@ -112,16 +106,29 @@ async def _write_all(file: Any, data: bytes) -> None:
         view = view[await file.write(view) :]
 
 
-def _missing_dirs(path: str) -> list[str]:
-    """The folders of ``path`` that do not exist yet, deepest first."""
+def _plan(path: str) -> tuple[list[str], bool]:
+    """The folders above ``path`` that do not exist yet (deepest first), and
+    whether the file itself is new."""
     missing = []
-    while path and not os.path.exists(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
+    folder = os.path.dirname(path)
+    while folder and not os.path.exists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
             break
-        path = parent
-    return missing
+        folder = parent
+    return missing, not os.path.exists(path)
+
+
+def _undo(path: str, made_file: bool, made_dirs: list[str]) -> None:
+    """Remove the empty file and folders an open made."""
+    if made_file and os.path.exists(path) and os.path.getsize(path) == 0:
+        os.unlink(path)
+    for folder in made_dirs:  # deepest first
+        try:
+            os.rmdir(folder)
+        except OSError:
+            break
 
 
 def _fsync_dir(path: str) -> None:
