@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from sinks import Sink
 
@@ -56,7 +57,7 @@ class _SinkWorker:
         self.uri = uri
         self.sink = sink
         self.failed = False
-        self.send, self._receive = anyio.create_memory_object_stream[bytes | _Flush](_SINK_QUEUE)
+        self.send: MemoryObjectSendStream[bytes | _Flush]
         self.done = anyio.Event()
         self.scope = anyio.CancelScope(shield=True)
 
@@ -72,32 +73,47 @@ class _SinkWorker:
                 exc,
             )
 
-    async def run(self) -> None:
+    async def write(self, data: bytes) -> None:
+        if not self.failed:
+            try:
+                await self.sink.write(data)
+            except Exception as exc:
+                self._fail("write", exc)
+
+    async def flush(self) -> None:
+        if not self.failed:
+            try:
+                await self.sink.flush()
+            except Exception as exc:
+                self._fail("flush", exc)
+
+    async def close(self) -> None:
+        try:
+            await self.sink.aclose()
+        except Exception as exc:
+            self._fail("close", exc)
+        finally:
+            self.done.set()
+
+    def start(self, tg: TaskGroup) -> None:
+        """Give the sink a task of its own, fed through a small memory stream."""
+        self.send, receive = anyio.create_memory_object_stream[bytes | _Flush](_SINK_QUEUE)
+        tg.start_soon(self._run, receive, name=f"rollout_trace sink {self.uri}")
+
+    async def _run(self, receive: MemoryObjectReceiveStream[bytes | _Flush]) -> None:
         # Shielded: cancelling the task that holds the tracer must not lose the
         # tail of the trace. The close deadline cancels this scope explicitly.
         with self.scope:
             try:
-                async with self._receive:
-                    async for item in self._receive:
+                async with receive:
+                    async for item in receive:
                         if isinstance(item, bytes):
-                            if not self.failed:
-                                try:
-                                    await self.sink.write(item)
-                                except Exception as exc:
-                                    self._fail("write", exc)
-                            continue
-                        if not self.failed:
-                            try:
-                                await self.sink.flush()
-                            except Exception as exc:
-                                self._fail("flush", exc)
-                        item.arrive()
+                            await self.write(item)
+                        else:
+                            await self.flush()
+                            item.arrive()
             finally:
-                try:
-                    await self.sink.aclose()
-                except Exception as exc:
-                    self._fail("close", exc)
-                self.done.set()
+                await self.close()
 
 
 class Pipeline:
@@ -107,7 +123,13 @@ class Pipeline:
     (``invalid``); the first invalid event is reported once.
     """
 
-    def __init__(self, sinks: Sequence[tuple[str, Sink]], run_id: str) -> None:
+    def __init__(self, sinks: Sequence[tuple[str, Sink]], run_id: str, *, direct: bool) -> None:
+        # direct: the caller awaits each sink's write itself, in turn, instead
+        # of handing it to the sink's task. The sync tracer's writer thread
+        # does: its sinks complete without yielding, so a whole batch is
+        # written in one turn of its loop, and every turn of a loop polls for
+        # I/O, which gives the GIL away to the threads that emit.
+        self._direct = direct
         self.run_id = run_id
         self.written = 0
         self.invalid = 0
@@ -120,8 +142,10 @@ class Pipeline:
         return [w.sink for w in self._workers]
 
     def start(self, tg: TaskGroup) -> None:
+        if self._direct:
+            return
         for worker in self._workers:
-            tg.start_soon(worker.run, name=f"rollout_trace sink {worker.uri}")
+            worker.start(tg)
 
     async def write(self, events: Sequence[Event], *, count: bool = True) -> None:
         """Encode ``events`` and hand them to every sink as one write.
@@ -147,7 +171,10 @@ class Pipeline:
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         if data:
             for worker in self._workers:
-                await worker.send.send(data)
+                if self._direct:
+                    await worker.write(data)
+                else:
+                    await worker.send.send(data)
 
     def _report_invalid(self, first: tuple[Event, Exception]) -> None:
         if self.invalid == 0:
@@ -174,6 +201,10 @@ class Pipeline:
 
     async def flush(self) -> None:
         """Return once every sink has written and flushed all it was handed."""
+        if self._direct:
+            for worker in self._workers:
+                await worker.flush()
+            return
         marker = _Flush(len(self._workers))
         for worker in self._workers:
             await worker.send.send(marker)
@@ -182,7 +213,10 @@ class Pipeline:
     async def aclose(self) -> None:
         """Let every sink write what it holds, then close it."""
         for worker in self._workers:
-            await worker.send.aclose()
+            if self._direct:
+                await worker.close()
+            else:
+                await worker.send.aclose()
         for worker in self._workers:
             await worker.done.wait()
 
@@ -190,4 +224,5 @@ class Pipeline:
         """Stop every sink at once (the close deadline has passed)."""
         for worker in self._workers:
             worker.scope.cancel()
-            worker.send.close()
+            if not self._direct:
+                worker.send.close()

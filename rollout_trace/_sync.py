@@ -400,7 +400,7 @@ class SyncTracer:
             self.emit = noop_emit
             self._state = "closed"
             return
-        pipeline = Pipeline(sinks, run.run_id)
+        pipeline = Pipeline(sinks, run.run_id, direct=True)
         self._sinks = pipeline.sinks
         self._pipeline = pipeline
         self._opened.set()

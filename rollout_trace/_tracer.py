@@ -186,7 +186,7 @@ class Tracer:
         sinks = await open_sinks(self._specs, run_id=run.run_id, pid=run.pid, host=run.host)
         self.run_id = run.run_id
         self._run = run
-        self._pipeline = Pipeline(sinks, run.run_id)
+        self._pipeline = Pipeline(sinks, run.run_id, direct=False)
         self._batch_size = config.batch_size
         # The memory stream carries whole batches; with the batch being filled
         # they hold `buffer` events at most.
