@@ -296,3 +296,41 @@ def test_close_honours_its_deadline(trace_log: pytest.LogCaptureFixture) -> None
     t.close(timeout=1.0)
     assert time.monotonic() - start < 1.8
     assert any("took longer" in r.getMessage() for r in trace_log.records)
+
+
+def test_a_fork_that_runs_no_fork_hooks_is_detected(tmp_path: Path) -> None:
+    # libc's fork() directly, as some process managers do: Python's at-fork
+    # hooks do not run, so the tracer must notice the new pid by itself.
+    code = textwrap.dedent(
+        f"""
+        import ctypes, os, time
+        import rollout_trace as rt
+        t = rt.sync_tracer({str(tmp_path)!r} + "/{{pid}}-{{run_id}}.jsonl",
+                           flush_interval=60).open()
+        for i in range(100):
+            t.emit(rt.WeightsSynced(weight_version=i))
+        t.flush()
+        time.sleep(0.2)  # the writer sleeps in epoll: not waiting for the GIL
+        # PyDLL: fork holding the GIL. A raw fork while another thread waits
+        # for the GIL hangs any Python child, tracer or not.
+        pid = ctypes.PyDLL(None).fork()
+        if pid == 0:
+            t.flush(timeout=5)  # notices the fork: the inherited queue is the parent's
+            for i in range(5):
+                t.emit(rt.StepTrained(step=i, group_ids=[]))
+            t.close(timeout=5)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        t.close()
+        print(pid)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    child_pid = int(proc.stdout)
+    (child_file,) = tmp_path.glob(f"{child_pid}-*.jsonl")
+    child = only_run(child_file.read_bytes())
+    assert [e["step"] for e in child.events] == list(range(5))  # none of the parent's
+    (parent_file,) = (p for p in tmp_path.glob("*.jsonl") if p != child_file)
+    parent = only_run(parent_file.read_bytes())
+    assert len(parent.events) == 100
