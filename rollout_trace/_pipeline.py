@@ -19,9 +19,11 @@ __all__ = ["DRAIN_SHARE", "Pipeline", "logger", "peek_count"]
 
 logger = logging.getLogger("rollout_trace")
 
-# Encode at most this many events per call: msgspec holds the GIL while it
-# encodes, and between calls the interpreter can hand it to threads that emit.
-_ENCODE_CHUNK = 4096
+# The async tracer encodes and writes at most this many events at a time.
+# Measured: with larger writes, aiofiles' worker thread now and then waits
+# hundreds of milliseconds for the GIL that the emitting loop holds, and the
+# buffer overflows; 4,096 never did.
+_ASYNC_CHUNK = 4_096
 # Batches a sink may hold before the pipeline waits for it.
 _SINK_QUEUE = 4
 # The share of the close deadline spent draining; the rest is for trace_closed
@@ -130,6 +132,7 @@ class Pipeline:
         # written in one turn of its loop, and every turn of a loop polls for
         # I/O, which gives the GIL away to the threads that emit.
         self._direct = direct
+        self._chunk = 1 << 62 if direct else _ASYNC_CHUNK
         self.run_id = run_id
         self.written = 0
         self.invalid = 0
@@ -148,28 +151,27 @@ class Pipeline:
             worker.start(tg)
 
     async def write(self, events: Sequence[Event], *, count: bool = True) -> None:
-        """Encode ``events`` and hand them to every sink as one write.
+        """Encode ``events`` and hand them to every sink, in as few writes as may be.
 
-        One write however many events: each write costs a system call, which
-        gives the GIL away, and a busy producer thread may keep it for the
-        whole switch interval (5 ms) before the writer gets it back.
+        Each write costs a system call, which gives the GIL away, and a busy
+        producer thread may keep it for the whole switch interval (5 ms)
+        before the writer gets it back: the sync tracer's writer thread
+        encodes and writes all it drained at once (the buffer bounds it).
         ``count=False`` is for the lifecycle events.
         """
         run_id = self.run_id
-        parts = []
-        for start in range(0, len(events), _ENCODE_CHUNK):
-            chunk = events[start : start + _ENCODE_CHUNK]
+        for start in range(0, len(events), self._chunk):
+            chunk = events[start : start + self._chunk]
             for ev in chunk:
                 ev.run_id = run_id
             data, bad = self._encoder.encode(chunk)
-            parts.append(data)
             if count:
                 if bad:
                     self._report_invalid(bad[0])
                     self.invalid += len(bad)
                 self.written += len(chunk) - len(bad)
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        if data:
+            if not data:
+                continue
             for worker in self._workers:
                 if self._direct:
                     await worker.write(data)

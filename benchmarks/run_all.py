@@ -1,0 +1,234 @@
+"""Run every benchmark, interleaved and repeated, and report medians, ratios and targets.
+
+One round runs every measurement once, each in a fresh interpreter (see
+``emit_overhead.py``, ``throughput.py`` and ``peers.py`` for what each one
+times); rounds repeat ``--repeat`` times (default 5), and each round starts one
+place further along the list, so rollout_trace and its peers alternate
+(A B A B ...) and no measurement always follows the same neighbour. The
+machine's drift during the run then falls on every measurement alike.
+
+Reported: the median over rounds of each figure; the ratios of rollout_trace
+to each peer at the caller (peer ns / rollout_trace ns, wall time) and end to
+end (rollout_trace events/s / peer events/s), from those medians; PASS or FAIL
+for each target with its number. Caller targets are checked on both wall and
+CPU time: wall includes the VM's stolen time and the GIL held by a writer
+thread, CPU time does not. The exit code is 0 whatever the outcome: this is a
+report, not a test.
+
+rollout_trace runs ``--events`` events (default 200,000: three times its
+buffer, so the writer has to keep up); the peers run ``--peer-events``
+(default 50,000: the slowest of them take several seconds for that). Rates and
+per-event costs are compared; a shorter run only weighs start-up and shutdown
+more, which is to the peers' disadvantage only where they are fast.
+
+    python benchmarks/run_all.py                     # about 5 minutes
+    python benchmarks/run_all.py --quick             # a smoke run
+    python benchmarks/run_all.py --repeat 9 --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from _bench import fmt, machine, machine_line, median_of, run_child, table
+
+# (label, script, mode, kind): kind "rt" runs --events, "peer" --peer-events.
+JOBS = [
+    ("rt sync", "throughput.py", "sync", "rt"),
+    ("structlog", "peers.py", "structlog", "peer"),
+    ("rt async", "throughput.py", "async", "rt"),
+    ("stdlib QueueHandler", "peers.py", "stdlib", "peer"),
+    ("rt sync 8 threads", "throughput.py", "sync8", "rt"),
+    ("loguru enqueue", "peers.py", "loguru", "peer"),
+    ("rt disabled: emit call", "emit_overhead.py", "disabled_call", "rt"),
+    ("OTel span", "peers.py", "otel_span", "peer"),
+    ("rt disabled: build + emit", "emit_overhead.py", "disabled_build", "rt"),
+    ("OTel logs", "peers.py", "otel_log", "peer"),
+    ("baseline: build event only", "emit_overhead.py", "build_only", "rt"),
+    ("baseline: bare msgspec Struct + time()", "emit_overhead.py", "bare_struct", "rt"),
+]
+RT_MAIN = ("rt sync", "rt async")
+PEERS = ("structlog", "stdlib QueueHandler", "loguru enqueue", "OTel span", "OTel logs")
+KEYS = ("caller_wall_ns", "caller_cpu_ns", "loop_wall_ns", "e2e_eps", "lines", "dropped")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="rounds (default 5)")
+    parser.add_argument("--events", type=int, default=200_000, help="events per rt run")
+    parser.add_argument("--peer-events", type=int, default=50_000, help="events per peer run")
+    parser.add_argument("--quick", action="store_true", help="1 round, few events")
+    parser.add_argument("--out", default="bench_results.json", help="JSON results file")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeat, args.events, args.peer_events = 1, 20_000, 5_000
+
+    m = machine()
+    print(f"machine: {machine_line(m)}", file=sys.stderr)
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in JOBS}
+    started = time.perf_counter()
+    for rnd in range(args.repeat):
+        shift = rnd % len(JOBS)
+        for label, script, mode, kind in JOBS[shift:] + JOBS[:shift]:
+            events = args.events if kind == "rt" else args.peer_events
+            result = run_child(script, mode, events)
+            runs[label].append(result)
+            note = result.get("error", "")[-300:] or result.get("check", "")
+            print(f"round {rnd + 1}/{args.repeat} {label}: done {note}", file=sys.stderr)
+    elapsed = time.perf_counter() - started
+
+    med = {
+        label: {k: median_of(rs, k) for k in (*KEYS, "maxrss_mib")} for label, rs in runs.items()
+    }
+    for label, rs in runs.items():
+        med[label]["events"] = rs[0].get("events") if rs else None
+        med[label]["checks"] = sorted({r.get("check", r.get("error", "?"))[:80] for r in rs})
+
+    report = [f"machine: {machine_line(m)}"]
+    report.append(
+        f"\n{args.repeat} rounds, median of each; rollout_trace {args.events:,} events per run, "
+        f"peers {args.peer_events:,}; {elapsed:.0f} s in all.\n"
+    )
+    report.append(_main_table(med))
+    ratios = _ratios(med)
+    report.append(
+        "\nRatios (from the medians; caller: peer wall ns / rt wall ns; "
+        "end to end: rt events/s / peer events/s):\n"
+    )
+    report.append(_ratio_table(ratios))
+    targets = _targets(med, ratios)
+    report.append("\nTargets:\n")
+    report += [f"- {verdict} {text}" for verdict, text in targets]
+    print("\n".join(report))
+
+    with open(args.out, "w") as f:
+        json.dump(
+            {
+                "machine": m,
+                "args": vars(args),
+                "medians": med,
+                "ratios": ratios,
+                "targets": [{"verdict": v, "target": t} for v, t in targets],
+                "runs": runs,
+            },
+            f,
+            indent=2,
+        )
+    print(f"\nresults: {args.out}", file=sys.stderr)
+
+
+def _main_table(med: dict[str, dict[str, Any]]) -> str:
+    rows = []
+    for label, *_ in JOBS:
+        r = med[label]
+        lines = r["lines"]
+        expected = r["events"]
+        if lines is not None and label.startswith("rt "):
+            expected += 2  # trace_opened and trace_closed
+        rows.append(
+            [
+                label,
+                fmt(r["caller_wall_ns"]),
+                fmt(r["caller_cpu_ns"]),
+                fmt(r["loop_wall_ns"]),
+                fmt(r["e2e_eps"]),
+                f"{fmt(lines)} / {fmt(expected)}" if lines is not None else "-",
+                fmt(r["dropped"]),
+                fmt(r["maxrss_mib"], 1),
+            ]
+        )
+    header = [
+        "what",
+        "caller wall ns/ev",
+        "caller CPU ns/ev",
+        "async loop wall ns/ev",
+        "events/s end to end",
+        "lines / expected",
+        "dropped",
+        "peak RSS MiB",
+    ]
+    return table(header, rows)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def _ratios(med: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for rt_label in RT_MAIN:
+        for peer in PEERS:
+            r, p = med[rt_label], med[peer]
+            out[f"{rt_label} vs {peer}"] = {
+                "caller_wall": _ratio(p["caller_wall_ns"], r["caller_wall_ns"]),
+                "caller_cpu": _ratio(p["caller_cpu_ns"], r["caller_cpu_ns"]),
+                "e2e": _ratio(r["e2e_eps"], p["e2e_eps"]),
+            }
+    return out
+
+
+def _ratio_table(ratios: dict[str, dict[str, Any]]) -> str:
+    rows = [
+        [
+            name,
+            fmt(r["caller_wall"], 1) + "x",
+            fmt(r["caller_cpu"], 1) + "x",
+            fmt(r["e2e"], 1) + "x",
+        ]
+        for name, r in ratios.items()
+    ]
+    return table(["pair", "caller (wall)", "caller (CPU)", "end to end"], rows)
+
+
+def _targets(
+    med: dict[str, dict[str, Any]], ratios: dict[str, dict[str, Any]]
+) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+
+    def at_most(value: float | None, limit: float, what: str, unit: str) -> None:
+        verdict = "PASS" if value is not None and value <= limit else "FAIL"
+        out.append((verdict, f"{what} <= {limit:,.0f} {unit}: {fmt(value)} {unit}"))
+
+    def at_least(value: float | None, limit: float, what: str, unit: str, digits: int = 0) -> None:
+        verdict = "PASS" if value is not None and value >= limit else "FAIL"
+        out.append((verdict, f"{what} >= {limit:,} {unit}: {fmt(value, digits)} {unit}"))
+
+    for label, limit, eps in (("rt sync", 600, 1_200_000), ("rt async", 700, 1_000_000)):
+        r = med[label]
+        at_most(r["caller_wall_ns"], limit, f"{label} caller (wall)", "ns")
+        at_most(r["caller_cpu_ns"], limit, f"{label} caller (CPU)", "ns")
+        at_least(r["e2e_eps"], eps, f"{label} end to end", "events/s")
+    d = med["rt disabled: emit call"]
+    at_most(d["caller_wall_ns"], 60, "rt disabled emit call (wall)", "ns")
+    at_most(d["caller_cpu_ns"], 60, "rt disabled emit call (CPU)", "ns")
+    for label in RT_MAIN:
+        at_least(
+            ratios[f"{label} vs structlog"]["caller_wall"],
+            10,
+            f"{label} vs structlog at the caller",
+            "x",
+            1,
+        )
+        at_least(
+            ratios[f"{label} vs stdlib QueueHandler"]["caller_wall"],
+            30,
+            f"{label} vs stdlib QueueHandler at the caller",
+            "x",
+            1,
+        )
+        at_least(
+            ratios[f"{label} vs structlog"]["e2e"], 8, f"{label} vs structlog end to end", "x", 1
+        )
+    for label, r in med.items():
+        bad = [c for c in r["checks"] if c not in ("ok", "?")]
+        if bad:
+            out.append(("NOTE", f"{label}: {'; '.join(bad)}"))
+    return out
+
+
+if __name__ == "__main__":
+    main()
