@@ -38,6 +38,15 @@ def _positive(name: str, value: Any, kind: type) -> Any:
     return kind(value)
 
 
+def _clock(clock: Any) -> Callable[[], float]:
+    if not callable(clock):
+        raise TypeError(f"clock must be a callable returning Unix seconds, not {clock!r}")
+    value = clock()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"clock() must return a float (Unix seconds), returned {value!r}")
+    return clock  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class TracerConfig:
     """A tracer's settings: all a tracer is, before it opens (and what it pickles as)."""
@@ -49,6 +58,8 @@ class TracerConfig:
     batch_size: int = DEFAULT_BATCH
     flush_interval: float = DEFAULT_FLUSH_INTERVAL
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT
+    # The wall clock that stamps ``time``; a simulation may pass its own.
+    clock: Callable[[], float] = time.time
 
     @classmethod
     def make(
@@ -61,6 +72,7 @@ class TracerConfig:
         batch_size: int,
         flush_interval: float,
         close_timeout: float,
+        clock: Callable[[], float] = time.time,
     ) -> TracerConfig:
         if enabled and not uris:
             uris = tuple(uris_from_env())
@@ -85,6 +97,7 @@ class TracerConfig:
             batch_size=batch_size,
             flush_interval=_positive("flush_interval", flush_interval, float),
             close_timeout=_positive("close_timeout", close_timeout, float),
+            clock=_clock(clock),
         )
 
     def specs(self) -> list[SinkSpec]:
@@ -109,9 +122,10 @@ class TraceCounts(NamedTuple):
 class Run:
     """One run's identity: a new ``run_id`` for every open, and in every process."""
 
-    __slots__ = ("final", "host", "pid", "run_id")
+    __slots__ = ("clock", "final", "host", "pid", "run_id")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
         self.run_id = uuid.uuid4().hex
         self.pid = os.getpid()
         self.host = socket.gethostname()
@@ -127,7 +141,7 @@ class Run:
 
     def opened(self, meta: Mapping[str, Any]) -> TraceOpened:
         return TraceOpened(
-            time=time.time(),
+            time=self.clock(),
             seq=0,
             sdk_version=__version__,
             pid=self.pid,
@@ -144,7 +158,7 @@ class Run:
         if self.final is not None:
             return self.final
         self.final = TraceClosed(
-            time=time.time(),
+            time=self.clock(),
             seq=seq,
             emitted=emitted,
             written=written,

@@ -212,7 +212,7 @@ class SyncTracer:
         batch_size = self._batch_size
         wake = self._wake
         types = _EVENT_TYPES
-        now = time.time
+        now = self._config.clock
         copy_event = copy.copy
 
         def emit(ev: Event) -> None:
@@ -265,7 +265,7 @@ class SyncTracer:
     # --- lifecycle ----------------------------------------------------------
 
     def _start(self, *, wait: bool) -> None:
-        run = Run()
+        run = Run(self._config.clock)
         self._run = run
         self._pid = run.pid
         self._queue = deque()
@@ -510,6 +510,7 @@ def sync_tracer(
     batch_size: int = DEFAULT_BATCH,
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+    clock: Callable[[], float] = time.time,
 ) -> SyncTracer:
     """A tracer for threads, sync code and Ray actors, with one writer thread.
 
@@ -528,5 +529,6 @@ def sync_tracer(
         batch_size=batch_size,
         flush_interval=flush_interval,
         close_timeout=close_timeout,
+        clock=clock,
     )
     return SyncTracer(config)

@@ -128,7 +128,7 @@ class Tracer:
         batch_size = self._batch_size
         on_full = self._on_full_batch
         types = _EVENT_TYPES
-        now = time.time
+        now = self._config.clock
         copy_event = copy.copy
 
         def emit(ev: Event) -> None:
@@ -182,7 +182,7 @@ class Tracer:
         if self._state == "open" or self._state == "closing":
             raise RuntimeError("this tracer is already open")
         config = self._config
-        run = Run()
+        run = Run(self._config.clock)
         sinks = await open_sinks(self._specs, run_id=run.run_id, pid=run.pid, host=run.host)
         self.run_id = run.run_id
         self._run = run
@@ -360,6 +360,7 @@ def tracer(
     batch_size: int = DEFAULT_BATCH,
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+    clock: Callable[[], float] = time.time,
 ) -> Tracer:
     """An async tracer writing every event to every sink URI; open it with ``async with``.
 
@@ -371,7 +372,8 @@ def tracer(
     ``batch_size``: events per write (a full batch wakes the writer at once);
     ``flush_interval``: seconds a partial batch may wait, so a killed process
     loses at most about that much; ``close_timeout``: one deadline for
-    draining and closing the sinks.
+    draining and closing the sinks; ``clock``: what stamps ``time`` (Unix
+    seconds; ``time.time`` unless a simulation brings its own).
     """
     config = TracerConfig.make(
         uris,
@@ -381,5 +383,6 @@ def tracer(
         batch_size=batch_size,
         flush_interval=flush_interval,
         close_timeout=close_timeout,
+        clock=clock,
     )
     return Tracer(config)

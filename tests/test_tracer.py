@@ -314,3 +314,28 @@ async def test_close_honours_its_deadline_with_a_slow_sink(
         "close_timeout" in r.getMessage() or "took longer" in r.getMessage()
         for r in trace_log.records
     )
+
+
+async def test_a_clock_of_ones_own_stamps_every_time() -> None:
+    ticks = iter(range(1_000, 2_000))
+    async with rt.tracer("memory://", clock=lambda: float(next(ticks))) as t:
+        t.emit(dispatched(0))
+        t.emit(dispatched(1))
+        sink = memory(t)
+    times = [o["time"] for o in check_runs(sink.getvalue())[t.run_id or ""].events]
+    run = only_run(sink.getvalue())
+    assert run.opened["time"] == 1_001.0  # the first tick checked the clock itself
+    assert times == [1_002.0, 1_003.0]
+    assert run.closed is not None and run.closed["time"] == 1_004.0
+
+
+@pytest.mark.parametrize(
+    ("clock", "words"),
+    [
+        ("now", "clock must be a callable"),  # not callable
+        (lambda: "12:00", "must return a float"),  # wrong type
+    ],
+)
+def test_a_bad_clock_is_refused(clock: Any, words: str) -> None:
+    with pytest.raises(TypeError, match=words):
+        rt.tracer("memory://", clock=clock)
