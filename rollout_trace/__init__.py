@@ -1,6 +1,6 @@
 """rollout_trace: typed, non-blocking event tracing for asyncio RL controllers."""
 
-from ._analysis import StopCost, restore_costs
+from ._analysis import restore_costs
 from ._config import TraceCounts
 from ._decoding import UnknownEvent
 from ._errors import (
@@ -32,6 +32,7 @@ from ._events import (
     WeightsSynced,
     event_types,
 )
+from ._figures import StopCost
 from ._reader import ReadProblem, read, read_located
 from ._sync import SyncTracer, sync_tracer
 from ._tracer import Tracer, tracer

@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from . import _cli_cost, _cli_summary, _cli_validate
+from ._errors import RolloutTraceError
 from ._version import __version__
 
 __all__ = ["main"]
@@ -17,17 +19,29 @@ def _parser() -> argparse.ArgumentParser:
         description="Read rollout traces and answer what a checkpoint stop and restore cost.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in (_cli_cost, _cli_summary, _cli_validate):
+        module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (status 2)
+        return exc.code if isinstance(exc.code, int) else 2
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    return 0
+    try:
+        status: int = args.func(args)
+    except RolloutTraceError as exc:
+        print(f"rollout-trace {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `| head` closed the pipe; nothing more to say
+        return 0
+    return status
 
 
 if __name__ == "__main__":

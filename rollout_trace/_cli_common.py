@@ -53,16 +53,19 @@ class _Progress:
 
 
 def blocks(
-    paths: Sequence[str], problems: Problems
+    paths: Sequence[str], problems: Problems, *, lean: bool = False
 ) -> Iterator[tuple[str, list[Event | UnknownEvent], Sequence[int]]]:
-    """The trace set's event blocks, with progress on stderr for large inputs."""
+    """The trace set's event blocks, with progress on stderr for large inputs.
+
+    ``lean`` is for the cost analysis only: see ``_reader.iter_blocks``.
+    """
     files = expand_paths(paths)
     total = sum(os.path.getsize(f) for f in files)
     progress = None
     if total >= _PROGRESS_BYTES and sys.stderr.isatty():
         progress = _Progress(total, sys.stderr)
     try:
-        yield from iter_blocks(files, problems, on_bytes=progress)
+        yield from iter_blocks(files, problems, on_bytes=progress, lean=lean)
     finally:
         if progress is not None:
             progress.clear()

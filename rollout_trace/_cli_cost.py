@@ -7,8 +7,9 @@ import json
 import sys
 from typing import Any
 
-from ._analysis import CostAnalysis, StopCost, gc_paused
+from ._analysis import CostAnalysis, gc_paused
 from ._cli_common import add_paths, blocks, fmt_num, fmt_time, table
+from ._figures import StopCost
 from ._reader import ReadProblem
 
 __all__ = ["register"]
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     problems: list[ReadProblem] = []
     analysis = CostAnalysis()
     with gc_paused():
-        for _, events, _ in blocks(args.paths, problems):
+        for _, events, _ in blocks(args.paths, problems, lean=True):
             analysis.add(events)
         stops = analysis.stops()
     for p in problems:

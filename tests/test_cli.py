@@ -1,0 +1,276 @@
+"""The ``rollout-trace`` subcommands: cost, summary, validate; output and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+from scenario import disp, lines, make_run, restore, restored, run_id, seal, snapshot, write
+
+import rollout_trace as rt
+from rollout_trace._cli import main
+
+
+def _stop_set(tmp_path: Path, *, path: str = "/s/1") -> Path:
+    a = make_run(
+        1,
+        100.0,
+        [
+            (151.0, snapshot(2, "/s/1", 150.0)),
+            (152.0, disp(1, 0)),
+            (158.0, seal(1, 0)),
+            (160.0, disp(2, 0)),
+            (170.0, rt.WeightsSynced(weight_version=1)),
+        ],
+    )
+    b = make_run(2, 200.0, [(210.0, restore(path, 2)), (215.0, restored(2))])
+    write(tmp_path / f"run-{run_id(1)}.jsonl", a)
+    write(tmp_path / f"run-{run_id(2)}.jsonl.gz", b, gz=True)
+    return tmp_path
+
+
+def test_cost_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _stop_set(tmp_path)
+    assert main(["cost", str(folder / "*.jsonl*"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stops"] == [
+        {
+            "stopped_run": run_id(1),
+            "restored_run": run_id(2),
+            "stop_time": 170.0,
+            "downtime_s": 40.0,
+            "restore_s": 5.0,
+            "restored_step": 2,
+            "captured_at": 150.0,
+            "in_flight": 1,
+            "resumed": 0,
+            "restarted": 1,
+            "thrown_away_s": 10.0,
+            "redone": 1,
+            "redone_s": 6.0,
+            "lost_s": 16.0,
+            "lost_steps": 0,
+            "lost_steps_s": 70.0,
+        }
+    ]
+    assert doc["reasons"] == []
+
+
+def test_cost_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", str(_stop_set(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert f"run {run_id(1)} stopped; run {run_id(2)} restored '/s/1'" in out
+    rows = {line.split()[0]: line.split()[1:3] for line in out.splitlines() if line[:2] == "  "}
+    assert rows["lost_s"] == ["16.000", "s"]
+    assert rows["in_flight"] == ["1", "siblings"]
+    assert "all 1 stop(s)" in out
+
+
+def test_cost_unknown_figure_exits_1_with_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _stop_set(tmp_path, path="/elsewhere")
+    assert main(["cost", str(folder), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stops"][0]["captured_at"] is None
+    figures = {r["figure"] for r in doc["reasons"]}
+    assert figures == {"captured_at", "redone", "redone_s", "lost_s"}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cost", "--bogus", "x.jsonl"],  # an unknown option
+        ["cost", "missing.jsonl"],  # a missing file
+        ["summary", "nothing-*.jsonl"],  # a glob that matches nothing
+        ["validate"],  # no paths at all
+        [],  # no subcommand
+    ],
+)
+def test_wrong_usage_exits_2(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+
+
+@pytest.mark.parametrize("command", ["cost", "summary", "validate"])
+def test_help_has_an_example(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert f"rollout-trace {command} " in out.split("examples:")[1]
+
+
+def test_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(3, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))], closed=103.0, pid=42)
+    data = lines(run[:2] + run[3:]) + b'{"event":"attempt_sealed","run_id":"' + run_id(3).encode()
+    (tmp_path / "t.jsonl").write_bytes(data)
+    assert main(["summary", str(tmp_path / "t.jsonl"), "--json"]) == 0
+    [summary] = json.loads(capsys.readouterr().out)["runs"]
+    assert summary == {
+        "run_id": run_id(3),
+        "files": [str(tmp_path / "t.jsonl")],
+        "host": "node-1",
+        "pid": 42,
+        "first_time": 100.0,
+        "last_time": 103.0,
+        "events": {"attempt_dispatched": 1, "trace_closed": 1, "trace_opened": 1},
+        "seq_gaps": [[2, 2]],
+        "missing": 1,
+        "duplicates": 0,
+        "torn_lines": 1,
+        "invalid_lines": 0,
+        "closed": True,
+    }
+
+
+def test_summary_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "t.jsonl", make_run(3, 100.0, [(101.0, disp(1, 0))]))
+    assert main(["summary", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    header, _, row = out.splitlines()[:3]
+    assert header.split() == [
+        "run_id", "host", "pid", "first", "last", "span_s", "events", "missing_seqs",
+        "dup_seqs", "torn", "invalid", "closed",
+    ]  # fmt: skip
+    assert row.split()[0] == run_id(3) and row.split()[-1] == "no"
+
+
+# --- validate -------------------------------------------------------------------
+
+RID = run_id(5)
+CLEAN = make_run(5, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))], closed=103.0)
+
+
+def _line(**fields: object) -> bytes:
+    return msgspec.json.encode({"event": "weights_synced", "time": 101.5, "run_id": RID} | fields)
+
+
+def _with_line(extra: bytes) -> bytes:
+    # CLEAN with one more line before trace_closed, and trace_closed counting it.
+    closed = msgspec.structs.replace(CLEAN[-1], emitted=3, written=3, seq=4)
+    return lines(CLEAN[:-1]) + extra + b"\n" + lines([closed])
+
+
+CONSEQUENCES = [
+    f"error: run {RID}: seq gap: 1 seq(s) missing (3)",
+    f"error: run {RID}: trace_closed says written=3 but the trace set holds 2",
+]
+
+
+def _replace_closed(**counts: int) -> bytes:
+    return lines([*CLEAN[:-1], msgspec.structs.replace(CLEAN[-1], **counts)])
+
+
+VALIDATE = [
+    # A clean run: valid, nothing reported.
+    pytest.param(lines(CLEAN), 0, [], id="valid"),
+    # Not JSON.
+    # Not JSON: the line cannot be charged to a run, so its seq shows as a gap
+    # and trace_closed's written count as one more than the run's lines.
+    pytest.param(_with_line(b"{not json"), 1, ["4: error: not JSON", *CONSEQUENCES], id="not-json"),
+    # The envelope lacks seq (which the Event class defaults, so the reader
+    # must check for it), with the same consequences.
+    pytest.param(
+        _with_line(_line(weight_version=1)),
+        1,
+        ["4: error: bad envelope: Object missing required field `seq`", *CONSEQUENCES],
+        id="missing-seq",
+    ),
+    # A field of the wrong type.
+    pytest.param(
+        _with_line(_line(seq=3, weight_version="one")),
+        1,
+        ["4: error: bad 'weights_synced' event"],
+        id="wrong-type",
+    ),
+    # A run_id that is not 32 lowercase hex chars.
+    pytest.param(
+        lines(CLEAN)
+        + msgspec.json.encode(
+            {"event": "weights_synced", "time": 1.0, "run_id": "R1", "seq": 0, "weight_version": 1}
+        )
+        + b"\n",
+        1,
+        ["5: error: run_id 'R1'", "error: run R1: no trace_opened", "warning: run R1: no trace_c"],
+        id="bad-run-id",
+    ),
+    # seq 2 twice.
+    pytest.param(
+        _with_line(_line(seq=2, weight_version=1)),
+        1,
+        [
+            "4: error: duplicate seq 2",
+            f"error: run {RID}: seq gap: 1 seq(s) missing (3)",
+            f"error: run {RID}: trace_closed says written=3",
+        ],
+        id="duplicate-seq",
+    ),
+    # seq 2 missing, and trace_closed does not account for it.
+    pytest.param(
+        lines(CLEAN[:2] + CLEAN[3:]),
+        1,
+        [f"error: run {RID}: seq gap: 1 seq(s) missing (2)", "says written=2 but"],
+        id="seq-gap",
+    ),
+    # seq 2 missing, and trace_closed counts one dropped event: a warning.
+    pytest.param(
+        lines([*CLEAN[:2], msgspec.structs.replace(CLEAN[3], emitted=2, written=1, dropped=1)]),
+        0,
+        [f"warning: run {RID}: seq gap: 1 seq(s) missing (2), as many as"],
+        id="seq-gap-accounted",
+    ),
+    # No trace_closed: a killed run, only a warning.
+    pytest.param(
+        lines(CLEAN[:-1]), 0, [f"warning: run {RID}: no trace_closed"], id="no-trace-closed"
+    ),
+    # A torn last line: a warning, as SPEC 1 says readers must expect it.
+    pytest.param(
+        lines(CLEAN[:-1]) + b'{"event":"trace_cl',
+        0,
+        ["4: warning: torn last line", "warning: run " + RID + ": no trace_closed"],
+        id="torn-last-line",
+    ),
+    # trace_closed counts that do not add up.
+    pytest.param(
+        _replace_closed(emitted=5),
+        1,
+        ["error: run " + RID + ": trace_closed counts do not add up: emitted=5"],
+        id="counts-do-not-add-up",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "status", "expected"), VALIDATE)
+def test_validate(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    data: bytes,
+    status: int,
+    expected: list[str],
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    assert main(["validate", str(path)]) == status
+    *findings, verdict = capsys.readouterr().out.splitlines()
+    assert len(findings) == len(expected), findings
+    assert all(f.startswith(f"{path}:") for f in findings), findings
+    for want in expected:
+        assert sum(want in f for f in findings) == 1, (want, findings)
+    assert verdict.startswith("valid" if status == 0 else "not valid")
+
+
+def test_shipped_example(capsys: pytest.CaptureFixture[str]) -> None:
+    # tests/data/make_example.py's plan: a killed run with two tries open (one
+    # resumed, one restarted), 13 seals after the snapshot's capture, step 4 lost.
+    folder = Path(__file__).parent / "data" / "example"
+    assert main(["cost", str(folder), "--json"]) == 0
+    [stop] = json.loads(capsys.readouterr().out)["stops"]
+    counts = {k: stop[k] for k in ("in_flight", "resumed", "restarted", "redone", "lost_steps")}
+    assert counts == {"in_flight": 2, "resumed": 1, "restarted": 1, "redone": 13, "lost_steps": 1}
+    assert stop["downtime_s"] == pytest.approx(40.0)
+    assert stop["restore_s"] == pytest.approx(6.5)
+    assert stop["lost_s"] == pytest.approx(stop["thrown_away_s"] + stop["redone_s"])
+    assert main(["validate", str(folder)]) == 0
