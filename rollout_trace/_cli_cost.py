@@ -9,7 +9,7 @@ from typing import Any
 
 from ._analysis import CostAnalysis, gc_paused
 from ._cli_common import add_paths, blocks, fmt_num, fmt_time, table
-from ._figures import StopCost
+from ._figures import FIGURES, StopCost
 from ._reader import ReadProblem
 
 __all__ = ["register"]
@@ -41,19 +41,8 @@ _ROWS: dict[str, tuple[str, str]] = {
     "lost_steps": ("steps", "trained after the restored step"),
     "lost_steps_s": ("s", "stop minus the last kept step"),
 }
-_SUMMED = [
-    "downtime_s",
-    "restore_s",
-    "in_flight",
-    "resumed",
-    "restarted",
-    "thrown_away_s",
-    "redone",
-    "redone_s",
-    "lost_s",
-    "lost_steps",
-    "lost_steps_s",
-]
+# Every figure adds up over stops but the points in time and the step.
+_SUMMED = [f for f in FIGURES if f not in ("stop_time", "restored_step", "captured_at")]
 
 
 def register(sub: Any) -> None:

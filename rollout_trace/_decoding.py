@@ -1,4 +1,4 @@
-"""Decoding wire lines back into typed events (the reader and capture_events use it)."""
+"""Decoding wire lines back into typed events: the reader and capture_events use it."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any, Union
 
 import msgspec
 
-from ._events import Event, _registry, _registry_version
+from ._events import Event, _registry_version, event_types
 
-__all__ = ["UnknownEvent", "decode_line", "event_decoder"]
+__all__ = ["UnknownEvent", "AnyEvent", "decoders", "decode_one", "decode_line"]
 
 
 class UnknownEvent(msgspec.Struct, kw_only=True):
@@ -25,6 +25,9 @@ class UnknownEvent(msgspec.Struct, kw_only=True):
     fields: dict[str, Any] = {}
 
 
+AnyEvent = Union[Event, UnknownEvent]  # noqa: UP007
+
+
 class _Envelope(msgspec.Struct):
     event: str
     time: float
@@ -32,41 +35,61 @@ class _Envelope(msgspec.Struct):
     seq: int
 
 
-_cache: dict[str, Any] = {"version": -1, "decoder": None}
 _generic = msgspec.json.Decoder(dict[str, Any])
 _envelope = msgspec.json.Decoder(_Envelope)
 _ENVELOPE_KEYS = frozenset(_Envelope.__struct_fields__)
+_cache: dict[str, Any] = {"version": -1, "one": None, "many": None, "tags": frozenset()}
 
 
-def event_decoder() -> msgspec.json.Decoder[Any]:
-    """The decoder over the union of every event class defined so far.
+def decoders() -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
+    """Decoders for one event and for a list of events, over every known class.
 
-    Rebuilt only when a new event class has been defined since the last call.
+    Rebuilt only when an event class was defined since the last call, so a
+    user's own events read back typed when their module is imported.
     """
     if _cache["version"] != _registry_version[0]:
-        types = tuple(_registry().values())
+        registry = event_types()
+        types = tuple(registry.values())
         union: Any = Union[types] if len(types) > 1 else types[0]  # noqa: UP007
-        _cache["decoder"] = msgspec.json.Decoder(union)
+        _cache["one"] = msgspec.json.Decoder(union)
+        _cache["many"] = msgspec.json.Decoder(list[union])
+        _cache["tags"] = frozenset(registry)
         _cache["version"] = _registry_version[0]
-    decoder: msgspec.json.Decoder[Any] = _cache["decoder"]
-    return decoder
+    return _cache["one"], _cache["many"]
 
 
-def decode_line(line: bytes | str) -> Event | UnknownEvent:
-    """Decode one wire line.
-
-    Raises ``msgspec.DecodeError`` (not JSON) or ``msgspec.ValidationError``
-    (a known event with a missing or wrongly typed field, or a bad envelope).
-    """
+def decode_one(raw: bytes) -> tuple[AnyEvent | None, str | None]:
+    """One line to an event (``UnknownEvent`` for an unknown tag), or why it is not one."""
+    one, _ = decoders()
+    # ValidationError subclasses DecodeError, so it must be caught first.
+    first: msgspec.ValidationError | None = None
     try:
-        ev: Event = event_decoder().decode(line)
-        return ev
-    except msgspec.ValidationError:
-        env = _envelope.decode(line)  # raises for a bad envelope
-        if env.event in _registry():
-            raise
-        raw = _generic.decode(line)
-        fields = {k: v for k, v in raw.items() if k not in _ENVELOPE_KEYS}
-        return UnknownEvent(
-            event=env.event, time=env.time, run_id=env.run_id, seq=env.seq, fields=fields
-        )
+        ev: Event = one.decode(raw)
+    except msgspec.ValidationError as exc:
+        first = exc
+    except msgspec.DecodeError as exc:
+        return None, f"not JSON: {exc}"
+    # The envelope is checked even for a known event: Event gives it defaults
+    # (so users can build events without one), and a line without it would
+    # otherwise decode quietly.
+    try:
+        env = _envelope.decode(raw)
+    except msgspec.DecodeError as exc:
+        return None, f"bad envelope: {exc}"
+    if first is None:
+        return ev, None
+    if env.event in _cache["tags"]:
+        return None, f"bad {env.event!r} event: {first}"
+    raw_obj = _generic.decode(raw)
+    fields = {k: v for k, v in raw_obj.items() if k not in _ENVELOPE_KEYS}
+    return UnknownEvent(
+        event=env.event, time=env.time, run_id=env.run_id, seq=env.seq, fields=fields
+    ), None
+
+
+def decode_line(raw: bytes) -> AnyEvent:
+    """One line to an event; ``ValueError`` naming the reason when it is not one."""
+    ev, reason = decode_one(raw)
+    if ev is None:
+        raise ValueError(reason)
+    return ev

@@ -19,9 +19,8 @@ from typing import Any, BinaryIO, Union
 
 import msgspec
 
-from ._decoding import UnknownEvent
+from ._decoding import AnyEvent, decode_one, decoders
 from ._errors import TraceReadError
-from ._events import Event, _registry_version, event_types
 from ._lean import lean_list_decoder as _lean_decoder
 
 __all__ = [
@@ -73,39 +72,6 @@ class ReadProblem(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Problems = Union[list[ReadProblem], Callable[[ReadProblem], None], None]  # noqa: UP007
-
-AnyEvent = Union[Event, UnknownEvent]  # noqa: UP007
-
-_generic = msgspec.json.Decoder(dict[str, Any])
-_cache: dict[str, Any] = {"version": -1, "one": None, "many": None, "tags": frozenset()}
-
-
-class _Envelope(msgspec.Struct):
-    event: str
-    time: float
-    run_id: str
-    seq: int
-
-
-_envelope = msgspec.json.Decoder(_Envelope)
-_ENVELOPE_KEYS = frozenset(_Envelope.__struct_fields__)
-
-
-def _decoders() -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
-    """Decoders for one event and for a list of events, over every known class.
-
-    Rebuilt only when an event class was defined since the last call, so a
-    user's own events read back typed when their module is imported.
-    """
-    if _cache["version"] != _registry_version[0]:
-        registry = event_types()
-        types = tuple(registry.values())
-        union: Any = Union[types] if len(types) > 1 else types[0]  # noqa: UP007
-        _cache["one"] = msgspec.json.Decoder(union)
-        _cache["many"] = msgspec.json.Decoder(list[union])
-        _cache["tags"] = frozenset(registry)
-        _cache["version"] = _registry_version[0]
-    return _cache["one"], _cache["many"]
 
 
 def _report(problems: Problems, problem: ReadProblem) -> None:
@@ -236,31 +202,6 @@ class _Source:
 # --- decoding ------------------------------------------------------------------
 
 
-def _decode_one(raw: bytes, one: msgspec.json.Decoder[Any]) -> tuple[AnyEvent | None, str | None]:
-    """One line to an event, or the reason it is not one."""
-    # ValidationError subclasses DecodeError, so it must be caught first.
-    first: msgspec.ValidationError | None = None
-    try:
-        ev: Event = one.decode(raw)
-    except msgspec.ValidationError as exc:
-        first = exc
-    except msgspec.DecodeError as exc:
-        return None, f"not JSON: {exc}"
-    try:
-        env = _envelope.decode(raw)
-    except msgspec.DecodeError as exc:
-        return None, f"bad envelope: {exc}"
-    if first is None:
-        return ev, None
-    if env.event in _cache["tags"]:
-        return None, f"bad {env.event!r} event: {first}"
-    raw_obj = _generic.decode(raw)
-    fields = {k: v for k, v in raw_obj.items() if k not in _ENVELOPE_KEYS}
-    return UnknownEvent(
-        event=env.event, time=env.time, run_id=env.run_id, seq=env.seq, fields=fields
-    ), None
-
-
 def _is_fragment(head: bytes) -> bool:
     """Whether ``head`` is a cut-off line rather than whole JSON (``{..},{..}``)."""
     try:
@@ -321,12 +262,11 @@ class _Block:
             self.line(raw, first_line + i, torn=False)
 
     def line(self, raw: bytes, line_no: int, *, torn: bool, why_torn: str = "") -> None:
-        one, _ = _decoders()
         if not raw.strip():
             if not torn:
                 self._problem(line_no, "empty line", torn=False, raw=raw)
             return
-        ev, reason = _decode_one(raw, one)
+        ev, reason = decode_one(raw)
         if ev is not None:
             self.events.append(ev)
             self.lines.append(line_no)
@@ -335,7 +275,7 @@ class _Block:
         # glue a fragment onto the next whole line; keep the whole line.
         cut = raw.rfind(_EVENT_START)
         if cut > 0 and _is_fragment(raw[:cut]):
-            rescued, _ = _decode_one(raw[cut:], one)
+            rescued, _ = decode_one(raw[cut:])
             if rescued is not None:
                 self._problem(
                     line_no,
@@ -379,7 +319,7 @@ def iter_blocks(
     common events into the slim classes of ``_lean`` (for the cost analysis);
     a block with a bad line still decodes line by line into real events.
     """
-    many = _lean_decoder() if lean else _decoders()[1]
+    many = _lean_decoder() if lean else decoders()[1]
     for path in expand_paths(paths):
         yield from _iter_file(path, problems, on_bytes, many)
 
