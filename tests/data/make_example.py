@@ -11,11 +11,10 @@ Two controller runs of a small GRPO-style loop (groups of 4 generations):
   which must not count), redoes steps 4 and 5 and closes cleanly.
 
 Each run is a real process writing through ``rt.sync_tracer``; run A ends with
-``os._exit`` after a flush, as a killed process would. The SDK stamps the wall
-clock at ``emit`` and has no way to pass a time, so afterwards this script
-sets each line's ``time`` to the simulated clock of the plan (matched by
-``seq``) and leaves every other field as the SDK wrote it. The plan is drawn
-from a fixed seed, so the output is the same on every run.
+``os._exit`` after a flush, as a killed process would. The tracer's clock is
+the plan's simulated clock, so every line is exactly as the SDK wrote it and
+the times are those of the plan, which is drawn from a fixed seed: the cost
+figures are the same on every run (run ids and file names are new each time).
 
     python tests/data/make_example.py            # writes tests/data/example/
     python tests/data/make_example.py --out DIR
@@ -29,8 +28,6 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-
-import msgspec
 
 import rollout_trace as rt
 
@@ -193,32 +190,22 @@ def plan(seed: int = SEED) -> tuple[Plan, Plan]:
 
 def _emit(which: str, out: Path) -> None:
     """Child process: write one run through the SDK; run A dies without closing."""
-    runs = dict(zip("ab", plan(), strict=True))
+    a, b = plan()
+    timed = a if which == "a" else b
+    now = [T0 if which == "a" else b[0][0] - 5.0]  # when trace_opened is written
     tracer = rt.sync_tracer(
         f"jsonl://{out.resolve()}/run-{{run_id}}.jsonl",
         meta={"example": "rollout_trace", "run": which},
+        clock=lambda: now[0],
     )
     with tracer as t:
-        for _, ev in runs[which]:
+        for when, ev in timed:
+            now[0] = when
             t.emit(ev)
         t.flush()
         if which == "a":
             os._exit(0)  # killed: no trace_closed
-
-
-def _retime(out: Path) -> None:
-    """Set each line's time to the plan's clock (matched by seq); keep all else."""
-    a, b = plan()
-    encode = msgspec.json.Encoder().encode
-    for path in sorted(out.glob("run-*.jsonl")):
-        events = sorted(rt.read(path), key=lambda e: e.seq)
-        first = next(e for e in events if not isinstance(e, rt.TraceOpened))
-        timed = b if isinstance(first, rt.RestoreStarted) else a
-        opened = T0 if timed is a else timed[0][0] - 5.0
-        times = [opened, *(t for t, _ in timed)]
-        for ev in events:
-            ev.time = times[ev.seq] if ev.seq < len(times) else times[-1] + 0.5
-        path.write_bytes(b"".join(encode(ev) + b"\n" for ev in events))
+        now[0] += 0.5  # trace_closed
 
 
 def main() -> None:
@@ -236,7 +223,6 @@ def main() -> None:
         subprocess.run(
             [sys.executable, __file__, "--emit-run", which, "--out", str(args.out)], check=True
         )
-    _retime(args.out)
     print(f"wrote {len(list(args.out.glob('run-*.jsonl')))} runs to {args.out}")
 
 
