@@ -35,6 +35,8 @@ from ._events import (
 from ._figures import StopCost
 from ._reader import ReadProblem, read, read_located
 from ._sync import SyncTracer, sync_tracer
+from ._timeline import timeline_document
+from ._timeline_html import timeline_html
 from ._tracer import Tracer, tracer
 from ._version import __version__
 
@@ -80,4 +82,7 @@ __all__ = [
     "ReadProblem",
     "restore_costs",
     "StopCost",
+    # timelines
+    "timeline_document",
+    "timeline_html",
 ]

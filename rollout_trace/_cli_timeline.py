@@ -1,0 +1,98 @@
+"""``rollout-trace timeline``: attempts, steps, checkpoints and restores on one time axis."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import orjson
+
+from ._cli_common import add_paths, blocks
+from ._reader import ReadProblem
+from ._timeline import document_of
+from ._timeline_html import html_of
+from ._timeline_model import AnyEvent, build_timeline
+
+__all__ = ["register", "SUFFIXES"]
+
+# Output suffix -> what is written there.
+SUFFIXES = {
+    ".json": "Chrome trace-event format (opens in https://ui.perfetto.dev and chrome://tracing)",
+    ".html": "a self-contained page (no network; open it in any browser)",
+}
+
+_EPILOG = """\
+examples:
+  rollout-trace timeline runs/*.jsonl -o timeline.html
+  rollout-trace timeline 'logs/**/*.jsonl.gz' -o timeline.json
+
+The kind of output follows the suffix of -o: .json is a Chrome trace-event
+document with every attempt, one process per run and one track per lane;
+.html is one page with the runs on a shared time axis and the restore-cost
+figures of each stop. Exit status: 0 written, 2 wrong usage, a missing file
+or an output that cannot be written.
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "timeline",
+        help="a timeline of attempts, steps, checkpoints and restores (.json or .html)",
+        description="Draw a trace set's timeline as Perfetto JSON or a self-contained HTML page.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_paths(p)
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="where to write: OUT.json (trace-event format) or OUT.html (a page)",
+    )
+    p.set_defaults(func=run)
+
+
+def _suffix_error(out: str) -> str | None:
+    suffix = os.path.splitext(out)[1].lower()
+    if suffix in SUFFIXES:
+        return None
+    allowed = "; ".join(f"{s} for {what}" for s, what in SUFFIXES.items())
+    shown = f"suffix {suffix!r}" if suffix else "no suffix"
+    return f"output {out!r} has {shown}; the output kind follows the suffix: {allowed}"
+
+
+def run(args: argparse.Namespace) -> int:
+    # Checked before reading, so a long read is not wasted on a typo.
+    wrong = _suffix_error(args.output)
+    if wrong is not None:
+        print(f"rollout-trace timeline: error: {wrong}", file=sys.stderr)
+        return 2
+    problems: list[ReadProblem] = []
+    events: list[AnyEvent] = []
+    for _, block, _ in blocks(args.paths, problems):
+        events.extend(block)
+    for p in problems:
+        print(f"rollout-trace: {p}", file=sys.stderr)
+    tl = build_timeline(events)
+    del events
+    if args.output.lower().endswith(".json"):
+        data = orjson.dumps(document_of(tl))
+    else:
+        data = html_of(tl).encode("utf-8")
+    try:
+        with open(args.output, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        print(
+            f"rollout-trace timeline: error: cannot write {args.output!r}: {exc}", file=sys.stderr
+        )
+        return 2
+    print(
+        f"rollout-trace: wrote {args.output} ({len(tl.runs)} run(s), "
+        f"{tl.attempt_count:,} attempts, {len(tl.stops)} stop(s), {len(data):,} bytes)",
+        file=sys.stderr,
+    )
+    return 0
