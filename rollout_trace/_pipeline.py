@@ -38,18 +38,27 @@ def peek_count(counter: itertools.count[int]) -> int:
 
 
 class _Flush:
-    """A marker that is done when every sink it was sent to has flushed."""
+    """A marker that is done when every sink it was sent to has flushed.
+
+    ``reached`` tells a flush that completed from one released because the
+    run closed first.
+    """
 
     def __init__(self, parties: int) -> None:
         self._left = parties
         self.done = anyio.Event()
+        self.reached = parties == 0
         if parties == 0:
             self.done.set()
 
     def arrive(self) -> None:
         self._left -= 1
         if self._left == 0:
+            self.reached = True
             self.done.set()
+
+    def release(self) -> None:
+        self.done.set()
 
 
 class _SinkWorker:

@@ -10,8 +10,10 @@ import asyncio
 import atexit
 import contextlib
 import copy
+import importlib
 import itertools
 import os
+import sys
 import threading
 import time
 import weakref
@@ -22,6 +24,11 @@ from types import TracebackType
 from typing import Any
 
 import anyio
+
+# anyio imports its backend on first use. If that first use were in the writer
+# thread and the program forked meanwhile, the child would inherit a half
+# imported module: import it here, in the importing thread.
+importlib.import_module("anyio._backends._asyncio")
 
 from sinks import Sink
 
@@ -38,7 +45,7 @@ from ._config import (
 from ._events import _EVENT_TYPES, Event
 from ._pipeline import DRAIN_SHARE, Pipeline, logger, peek_count
 from ._sinkspec import open_sinks
-from ._tracer import not_an_event
+from ._tracer import frozen_event, not_an_event
 
 __all__ = ["SyncTracer", "sync_tracer"]
 
@@ -68,22 +75,32 @@ class _WriterLoop(asyncio.SelectorEventLoop):
 
 
 class _Marker:
-    """Travels through the event queue; ``done`` is set when the writer reaches it."""
+    """Travels through the event queue; ``done`` is set when the writer reaches it.
 
-    __slots__ = ("done",)
+    ``reached`` tells a marker the writer handled from one released because the
+    writer ended first (its sinks failed to open, or the run closed).
+    """
+
+    __slots__ = ("done", "reached")
 
     def __init__(self) -> None:
         self.done = threading.Event()
+        self.reached = False
+
+    def handled(self) -> None:
+        self.reached = True
+        self.done.set()
 
 
 class _CloseMarker(_Marker):
     """Ends the run. The drain stops at ``drain_deadline`` so that ``trace_closed``
     and the sinks' close still fit before ``deadline``."""
 
-    __slots__ = ("deadline", "drain_deadline")
+    __slots__ = ("deadline", "drain_deadline", "timeout")
 
     def __init__(self, timeout: float) -> None:
         super().__init__()
+        self.timeout = timeout
         now = _monotonic()
         self.deadline = now + timeout
         self.drain_deadline = now + timeout * DRAIN_SHARE
@@ -118,6 +135,7 @@ class SyncTracer:
     _open_error: BaseException | None
     _open_waited: bool
     _writer_done: bool
+    _closed_ok: bool
     _close_marker: _CloseMarker | None
     _loop: asyncio.AbstractEventLoop
     _wake_event: asyncio.Event
@@ -157,13 +175,13 @@ class SyncTracer:
     @property
     def counts(self) -> TraceCounts:
         """This run's counts so far, as ``trace_closed`` will give them (zeros if never opened)."""
-        pipeline = getattr(self, "_pipeline", None)
-        if self._state == "new" or pipeline is None:
-            return TraceCounts()
+        if getattr(self, "_run", None) is None or self._state == "new":
+            return TraceCounts()  # never opened (or forked and not yet reopened)
+        pipeline = getattr(self, "_pipeline", None)  # None: the sinks never opened
         return self._run.counts(
             peek_count(self._seq) - 1,
-            pipeline.written,
-            pipeline.invalid,
+            pipeline.written if pipeline else 0,
+            pipeline.invalid if pipeline else 0,
             peek_count(self._full_drops),
         )
 
@@ -221,15 +239,20 @@ class SyncTracer:
             if ev.seq >= 0:
                 # Emitted before: the queued object keeps its own envelope.
                 ev = copy_event(ev)
-            ev.time = now()
-            ev.seq = next_seq()
+            try:
+                ev.time = now()
+                ev.seq = next_seq()
+            except AttributeError:
+                raise frozen_event(ev) from None
             n = len(queue)
             if n >= buffer:
                 # Dropped; its seq is taken, so trace_closed counts it.
                 count_full()
                 return
             append(ev)
-            if n >= batch_size:
+            if n == batch_size:
+                # Once per batch: a wake that a race skips is made up for by
+                # the writer's flush interval.
                 wake()
 
         return emit
@@ -237,10 +260,15 @@ class SyncTracer:
     def _emit_lazy(self, ev: Event) -> None:
         if type(ev) not in _EVENT_TYPES:
             raise not_an_event(ev)
-        with self._open_lock:
-            if self._state == "new":
-                self._start(wait=False)
-        self.emit(ev)
+        if self._state == "new":
+            with self._open_lock:
+                if self._state == "new":
+                    self._start(wait=False)
+        # A caller may hold this method from before the open: hand on to the
+        # open run's emit, or drop quietly once the tracer is closed.
+        emit = self.emit
+        if emit is not self._emit_lazy:
+            emit(ev)
 
     def _forked(self) -> bool:
         """In a child forked by something that runs no fork hooks: start over here.
@@ -279,6 +307,7 @@ class SyncTracer:
         self._open_error = None
         self._open_waited = wait
         self._writer_done = False
+        self._closed_ok = False
         self._close_marker = None
         loop = _WriterLoop()
         self._loop = loop
@@ -291,6 +320,7 @@ class SyncTracer:
         self._state = "open"
         self.emit = self._make_emit()
         _live.add(self)
+        _close_at_multiprocessing_exit(run.pid)
         thread.start()
         if wait:
             self._opened.wait()
@@ -311,7 +341,7 @@ class SyncTracer:
             return True
         marker = _Marker()
         self._enqueue_marker(marker)
-        return marker.done.wait(timeout)
+        return marker.done.wait(timeout) and marker.reached
 
     def close(self, timeout: float | None = None) -> None:
         """Write what is queued and ``trace_closed``, close the sinks; idempotent.
@@ -320,25 +350,33 @@ class SyncTracer:
         covers the drain and the sinks' close; what is not written by then is
         counted as dropped, and the writer thread is left to end on its own.
         """
+        marker = self._begin_close(timeout)
+        if marker is not None:
+            self._finish_close(marker)
+
+    def _begin_close(self, timeout: float | None) -> _CloseMarker | None:
         self._forked()
         if self._state != "open":
-            self._state = "closed" if self._state == "new" else self._state
-            return
+            if self._state == "new":
+                self._state = "closed"
+                self.emit = noop_emit
+            return None
         # Emits go on being queued behind the close marker, never written:
         # their seq numbers are taken, so trace_closed counts them as dropped.
         self._state = "closing"
-        if timeout is None:
-            timeout = self._config.close_timeout
-        marker = _CloseMarker(timeout)
+        marker = _CloseMarker(self._config.close_timeout if timeout is None else timeout)
         self._close_marker = marker
         self._enqueue_marker(marker)
-        if not marker.done.wait(timeout):
+        return marker
+
+    def _finish_close(self, marker: _CloseMarker) -> None:
+        if not marker.done.wait(max(0.0, marker.deadline - _monotonic())) or not self._closed_ok:
             self._give_up()
             logger.warning(
                 "rollout_trace: closing run %s took longer than %ss; what was not written "
                 "by then is lost and trace_closed may be missing",
                 self.run_id,
-                timeout,
+                marker.timeout,
             )
         else:
             self._thread.join(max(0.0, marker.deadline - _monotonic()))
@@ -423,14 +461,15 @@ class SyncTracer:
             # the ones before it are what was emitted.
             last = next(self._seq)
             self.emit = noop_emit
-            self._queue.clear()
+            self._queue.clear()  # late events: counted as dropped, never written
             closed = run.closed(
                 seq=last, emitted=last - 1, written=pipeline.written, invalid=pipeline.invalid
             )
             if _monotonic() < close.deadline:
                 await pipeline.write([closed], count=False)
+                self._closed_ok = True
             await pipeline.aclose()
-        close.done.set()
+        close.handled()
 
     async def _serve(self, pipeline: Pipeline) -> _CloseMarker:
         """Write batches as they fill or the flush interval passes, up to the close marker."""
@@ -462,12 +501,14 @@ class SyncTracer:
                     continue
                 await self._write(pipeline, items[start:i])
                 start = i + 1
-                self._markers.popleft()
+                # By identity, not position: a flush and a close racing from two
+                # threads may reach the side deque and the queue in either order.
+                self._markers.remove(item)
                 if isinstance(item, _CloseMarker):
                     # Anything after the close marker came too late for this run.
                     return item
                 await pipeline.flush()
-                item.done.set()
+                item.handled()
             await self._write(pipeline, items[start:])
         return None
 
@@ -494,8 +535,25 @@ def _after_fork_in_child() -> None:
 
 
 def _close_all_at_exit() -> None:
-    for tracer in list(_live):
-        tracer.close()
+    # Every tracer's close starts at once, so N tracers share their deadlines
+    # rather than adding them up.
+    closing = [(t, t._begin_close(None)) for t in list(_live)]
+    for tracer, marker in closing:
+        if marker is not None:
+            tracer._finish_close(marker)
+
+
+_mp_registered = [0]
+
+
+def _close_at_multiprocessing_exit(pid: int) -> None:
+    """A multiprocessing child ends with os._exit(), which runs no atexit hook;
+    its own exit function runs multiprocessing's finalizers, so close there."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is None or _mp_registered[0] == pid:
+        return
+    _mp_registered[0] = pid
+    util.Finalize(None, _close_all_at_exit, exitpriority=0)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

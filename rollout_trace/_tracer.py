@@ -46,6 +46,13 @@ def not_an_event(obj: object) -> TypeError:
     )
 
 
+def frozen_event(ev: object) -> TypeError:
+    return TypeError(
+        f"emit() cannot stamp the envelope of a frozen event ({type(ev).__qualname__}); "
+        "define the event class without frozen=True"
+    )
+
+
 class Tracer:
     """An async tracer; open it with ``async with``. Build it with ``rt.tracer()``.
 
@@ -83,6 +90,7 @@ class Tracer:
         self.run_id = None
         self.emit = noop_emit if not config.enabled else self._emit_not_open
         self._warned_not_open = False
+        self._tg_entered = False
 
     # --- configuration, pickling --------------------------------------------
 
@@ -137,8 +145,11 @@ class Tracer:
             if ev.seq >= 0:
                 # Emitted before: the queued object keeps its own envelope.
                 ev = copy_event(ev)
-            ev.time = now()
-            ev.seq = next_seq()
+            try:
+                ev.time = now()
+                ev.seq = next_seq()
+            except AttributeError:
+                raise frozen_event(ev) from None
             append(ev)
             if len(pending) >= batch_size:
                 on_full()
@@ -167,6 +178,10 @@ class Tracer:
     def _emit_not_open(self, ev: Event) -> None:
         if type(ev) not in _EVENT_TYPES:
             raise not_an_event(ev)
+        if self._state == "open":
+            # A caller held this method from before the open: hand it on.
+            self.emit(ev)
+            return
         if not self._warned_not_open:
             self._warned_not_open = True
             logger.warning(
@@ -201,6 +216,7 @@ class Tracer:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
+        self._tg_entered = True
         self._pipeline.start(tg)
         tg.start_soon(self._pump, name="rollout_trace pump")
         self._pending.append(run.opened(config.meta))  # seq 0, not counted
@@ -215,25 +231,35 @@ class Tracer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        if self._state != "open":
+        if not self._tg_entered:
             return None
         try:
             await self.aclose()
         finally:
+            self._tg_entered = False
             # Our tasks have ended by now. The body's exception is not passed
             # on: the task group would wrap it in an ExceptionGroup, and the
             # user's exception must come out of the block as it went in.
             await self._tg.__aexit__(None, None, None)
         return None
 
-    async def flush(self) -> None:
-        """Return once every event emitted before the call is written by every sink."""
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Return once every event emitted before the call is written by every sink.
+
+        Returns ``False`` if ``timeout`` seconds passed first (the events stay
+        queued), or if the run closed first; at once, and ``True``, for a
+        tracer that is disabled, not open or closed.
+        """
         if self._state != "open":
-            return
-        await self._ship_pending()
+            return True
         marker = _Flush(1)
-        await self._send.send(marker)
-        await marker.done.wait()
+        with anyio.move_on_after(timeout):
+            await self._ship_pending()
+            if self._state != "open":  # closed while this flush waited for room
+                return False
+            await self._send.send(marker)
+            await marker.done.wait()
+        return marker.done.is_set() and marker.reached
 
     async def aclose(self) -> None:
         """Drain, write ``trace_closed`` and close the sinks, within ``close_timeout``.
@@ -319,7 +345,18 @@ class Tracer:
             except Exception:
                 logger.exception("rollout_trace: the writer task failed; tracing stops")
             finally:
+                self._release_flushes()
                 self._pump_done.set()
+
+    def _release_flushes(self) -> None:
+        # A flush queued behind the close marker would otherwise wait forever.
+        while True:
+            try:
+                item = self._receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            if isinstance(item, _Flush):
+                item.release()
 
     def _take_queued(self, batch: list[Event]) -> tuple[list[Event], _Item | None]:
         """Join the batches already queued behind ``batch``, to write them at once.

@@ -334,3 +334,62 @@ def test_a_fork_that_runs_no_fork_hooks_is_detected(tmp_path: Path) -> None:
     (parent_file,) = (p for p in tmp_path.glob("*.jsonl") if p != child_file)
     parent = only_run(parent_file.read_bytes())
     assert len(parent.events) == 100
+
+
+def test_emit_after_closing_a_tracer_that_never_opened_is_quiet() -> None:
+    t = rt.sync_tracer("memory://")
+    t.close()
+    t.emit(dispatched(0))  # once a RecursionError
+    assert t.counts == rt.TraceCounts()
+
+
+def test_an_emit_held_from_before_the_open_writes_into_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "held.jsonl"
+    t = rt.sync_tracer(str(path))
+    emit = t.emit  # taken before the tracer opened
+    for i in range(5):
+        emit(dispatched(i))
+    t.close()
+    run = only_run(path.read_bytes())
+    assert run.closed is not None and run.closed["written"] == 5
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pause", [0.0, 0.3])  # fork at once after the first emit, or later
+def test_a_multiprocessing_child_writes_its_run_and_closes_it(pause: float, tmp_path: Path) -> None:
+    # multiprocessing ends a forked child with os._exit(): no atexit hook runs.
+    code = textwrap.dedent(
+        f"""
+        import multiprocessing as mp, time
+        import rollout_trace as rt
+        t = rt.sync_tracer({str(tmp_path)!r} + "/{{pid}}.jsonl")
+
+        def work():
+            for i in range(1000):
+                t.emit(rt.WeightsSynced(weight_version=i))
+
+        if __name__ == "__main__":
+            t.emit(rt.WeightsSynced(weight_version=-1))
+            time.sleep({pause})
+            p = mp.get_context("fork").Process(target=work)
+            p.start()
+            p.join()
+            t.close()
+            print(p.pid)
+        """
+    )
+    script = tmp_path / "main.py"
+    script.write_text(code)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    child = only_run((tmp_path / f"{int(proc.stdout)}.jsonl").read_bytes())
+    assert child.closed is not None and child.closed["written"] == 1000
+
+
+@pytest.mark.usefixtures("plugins")
+def test_a_frozen_event_is_a_type_error() -> None:
+    class Frozen(rt.Event, tag="frozen_sample", frozen=True):
+        x: int
+
+    with rt.sync_tracer("memory://") as t, pytest.raises(TypeError, match="frozen"):
+        t.emit(Frozen(x=1))

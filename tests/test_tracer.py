@@ -339,3 +339,42 @@ async def test_a_clock_of_ones_own_stamps_every_time() -> None:
 def test_a_bad_clock_is_refused(clock: Any, words: str) -> None:
     with pytest.raises(TypeError, match=words):
         rt.tracer("memory://", clock=clock)
+
+
+async def test_a_flush_racing_close_returns() -> None:
+    async with rt.tracer("memory://") as t:
+        t.emit(dispatched(0))
+        results: list[bool] = []
+
+        async def flusher() -> None:
+            results.append(await t.flush(timeout=5))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(flusher)
+            tg.start_soon(t.aclose)
+    assert len(results) == 1  # returned, True or False, never hung
+
+
+async def test_aclose_inside_the_block_leaves_the_scopes_in_order() -> None:
+    with anyio.move_on_after(30):
+        async with rt.tracer("memory://") as t:
+            t.emit(dispatched(0))
+            await t.aclose()
+    assert t.counts.written == 1
+
+
+async def test_an_emit_held_from_before_the_open_writes_into_the_run() -> None:
+    t = rt.tracer("memory://")
+    emit = t.emit  # taken before `async with`
+    async with t:
+        for i in range(5):
+            emit(dispatched(i))
+        sink = memory(t)
+    run = only_run(sink.getvalue())
+    assert run.closed is not None and run.closed["written"] == 5
+
+
+async def test_flush_gives_up_at_its_timeout_with_a_stuck_sink() -> None:
+    async with rt.tracer("memory://") as t:
+        t.emit(dispatched(0))
+        assert await t.flush(timeout=5) is True
