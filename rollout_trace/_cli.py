@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _cli_cost, _cli_summary, _cli_timeline, _cli_validate
+from . import _cli_cost, _cli_demo, _cli_summary, _cli_timeline, _cli_validate
 from ._errors import RolloutTraceError
 from ._version import __version__
 
@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (_cli_cost, _cli_summary, _cli_validate, _cli_timeline):
+    for module in (_cli_cost, _cli_summary, _cli_validate, _cli_timeline, _cli_demo):
         module.register(sub)
     return parser
 

@@ -25,11 +25,6 @@ from typing import Any
 
 import anyio
 
-# anyio imports its backend on first use. If that first use were in the writer
-# thread and the program forked meanwhile, the child would inherit a half
-# imported module: import it here, in the importing thread.
-importlib.import_module("anyio._backends._asyncio")
-
 from sinks import Sink
 
 from ._config import (
@@ -48,6 +43,11 @@ from ._sinkspec import open_sinks
 from ._tracer import frozen_event, not_an_event
 
 __all__ = ["SyncTracer", "sync_tracer"]
+
+# anyio imports its backend on first use. If that first use were in the writer
+# thread and the program forked meanwhile, the child would inherit a half
+# imported module: import it here, in the importing thread.
+importlib.import_module("anyio._backends._asyncio")
 
 _time = time.time
 _monotonic = time.monotonic

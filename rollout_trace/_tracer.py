@@ -243,23 +243,23 @@ class Tracer:
             await self._tg.__aexit__(None, None, None)
         return None
 
-    async def flush(self, timeout: float | None = None) -> bool:
+    async def flush(self) -> bool:
         """Return once every event emitted before the call is written by every sink.
 
-        Returns ``False`` if ``timeout`` seconds passed first (the events stay
-        queued), or if the run closed first; at once, and ``True``, for a
-        tracer that is disabled, not open or closed.
+        Returns ``False`` if the run closed first. To bound the wait, cancel
+        it: ``with anyio.move_on_after(5): await t.flush()`` (the events stay
+        queued). At once, and ``True``, for a tracer that is disabled, not open
+        or closed.
         """
         if self._state != "open":
             return True
+        await self._ship_pending()
+        if self._state != "open":  # closed while this flush waited for room
+            return False
         marker = _Flush(1)
-        with anyio.move_on_after(timeout):
-            await self._ship_pending()
-            if self._state != "open":  # closed while this flush waited for room
-                return False
-            await self._send.send(marker)
-            await marker.done.wait()
-        return marker.done.is_set() and marker.reached
+        await self._send.send(marker)
+        await marker.done.wait()
+        return marker.reached
 
     async def aclose(self) -> None:
         """Drain, write ``trace_closed`` and close the sinks, within ``close_timeout``.
@@ -378,7 +378,14 @@ class Tracer:
             batch = self._pending.copy()
             self._pending.clear()
             self._queued += 1
-            await self._send.send(batch)
+            try:
+                await self._send.send(batch)
+            except BaseException:
+                # Cancelled while waiting for room (a flush given a deadline):
+                # the batch goes back in front of what was emitted since.
+                self._queued -= 1
+                self._pending[:0] = batch
+                raise
 
     async def _write(self, batch: list[Event]) -> None:
         if self._uncounted:
