@@ -84,6 +84,20 @@ class _SinkWorker:
                 exc,
             )
 
+    async def hand(self, item: bytes | _Flush, stall_timeout: float) -> bool:
+        """Give the sink's task an item; a sink that takes none for ``stall_timeout``
+        seconds (a hung mount, a reader that never reads) is stopped, so that it
+        cannot hold up the other sinks. Returns whether the item was taken."""
+        if self.failed:
+            return False
+        with anyio.move_on_after(stall_timeout):
+            await self.send.send(item)
+            return True
+        self._fail("keep up", TimeoutError(f"it took no batch for {stall_timeout:g} s"))
+        self.scope.cancel()
+        self.send.close()
+        return False
+
     async def write(self, data: bytes) -> None:
         if not self.failed:
             try:
@@ -134,13 +148,21 @@ class Pipeline:
     (``invalid``); the first invalid event is reported once.
     """
 
-    def __init__(self, sinks: Sequence[tuple[str, Sink]], run_id: str, *, direct: bool) -> None:
+    def __init__(
+        self,
+        sinks: Sequence[tuple[str, Sink]],
+        run_id: str,
+        *,
+        direct: bool,
+        stall_timeout: float = 10.0,
+    ) -> None:
         # direct: the caller awaits each sink's write itself, in turn, instead
         # of handing it to the sink's task. The sync tracer's writer thread
         # does: its sinks complete without yielding, so a whole batch is
         # written in one turn of its loop, and every turn of a loop polls for
         # I/O, which gives the GIL away to the threads that emit.
         self._direct = direct
+        self._stall_timeout = stall_timeout
         self._chunk = 1 << 62 if direct else _ASYNC_CHUNK
         self.run_id = run_id
         self.written = 0
@@ -185,7 +207,7 @@ class Pipeline:
                 if self._direct:
                     await worker.write(data)
                 else:
-                    await worker.send.send(data)
+                    await worker.hand(data, self._stall_timeout)
 
     def _report_invalid(self, first: tuple[Event, Exception]) -> None:
         if self.invalid == 0:
@@ -216,9 +238,11 @@ class Pipeline:
             for worker in self._workers:
                 await worker.flush()
             return
-        marker = _Flush(len(self._workers))
-        for worker in self._workers:
-            await worker.send.send(marker)
+        live = [w for w in self._workers if not w.failed]
+        marker = _Flush(len(live))
+        for worker in live:
+            if not await worker.hand(marker, self._stall_timeout):
+                marker.arrive()  # stopped just now: nothing more to wait for
         await marker.done.wait()
 
     async def aclose(self) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from urllib.parse import parse_qsl
 
+import anyio
+
 from sinks import Sink, SinkOptionValueError
 
 from ._errors import SinkError, SinkOpenError, SinkOptionError, UnknownSchemeError
@@ -132,9 +134,13 @@ capture_override: list[Callable[[], list[tuple[str, Sink]]]] = []
 
 
 async def open_sinks(
-    specs: Sequence[SinkSpec], *, run_id: str, pid: int, host: str
+    specs: Sequence[SinkSpec], *, run_id: str, pid: int, host: str, each_within: float = 10.0
 ) -> list[tuple[str, Sink]]:
-    """Build and open every sink, or none: on failure close what opened and raise."""
+    """Build and open every sink, or none: on failure close what opened and raise.
+
+    Each sink gets ``each_within`` seconds to open (a FIFO without a reader, a hung
+    mount): past it, it counts as a sink that cannot be opened.
+    """
     if capture_override:
         return capture_override[-1]()
     opened: list[tuple[str, Sink]] = []
@@ -142,7 +148,10 @@ async def open_sinks(
         for spec in specs:
             sink = spec.build(run_id=run_id, pid=pid, host=host)
             try:
-                await sink.open()
+                with anyio.fail_after(each_within):
+                    await sink.open()
+            except TimeoutError as exc:
+                raise SinkOpenError(spec.uri, f"did not open within {each_within:g} s") from exc
             except Exception as exc:
                 reason = f"cannot open: {exc}" if isinstance(exc, OSError) else f"{exc!r}"
                 raise SinkOpenError(spec.uri, reason) from exc

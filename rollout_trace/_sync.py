@@ -37,6 +37,7 @@ from ._config import (
     TracerConfig,
     noop_emit,
 )
+from ._errors import SinkOpenError
 from ._events import _EVENT_TYPES, Event
 from ._pipeline import DRAIN_SHARE, Pipeline, logger, peek_count
 from ._sinkspec import open_sinks
@@ -134,6 +135,7 @@ class SyncTracer:
     _opened: threading.Event
     _open_error: BaseException | None
     _open_waited: bool
+    _open_abandoned: bool
     _writer_done: bool
     _closed_ok: bool
     _close_marker: _CloseMarker | None
@@ -225,7 +227,7 @@ class SyncTracer:
         queue = self._queue
         append = queue.append
         next_seq = self._seq.__next__
-        count_full = self._full_drops.__next__
+        count_full = self._count_full_drop
         buffer = self._buffer
         batch_size = self._batch_size
         wake = self._wake
@@ -256,6 +258,17 @@ class SyncTracer:
                 wake()
 
         return emit
+
+    def _count_full_drop(self) -> None:
+        if next(self._full_drops) == 0:
+            # Said here, once, not by the writer thread: it may be the stuck part.
+            logger.warning(
+                "rollout_trace: the buffer of %d events is full, so new events are dropped "
+                "(reported once; trace_closed counts them all): the sinks of run %s are "
+                "slower than the program emits",
+                self._buffer,
+                self.run_id,
+            )
 
     def _emit_lazy(self, ev: Event) -> None:
         if type(ev) not in _EVENT_TYPES:
@@ -306,6 +319,7 @@ class SyncTracer:
         self._opened = threading.Event()
         self._open_error = None
         self._open_waited = wait
+        self._open_abandoned = False
         self._writer_done = False
         self._closed_ok = False
         self._close_marker = None
@@ -323,7 +337,19 @@ class SyncTracer:
         _close_at_multiprocessing_exit(run.pid)
         thread.start()
         if wait:
-            self._opened.wait()
+            if not self._opened.wait(self._config.close_timeout):
+                # A FIFO without a reader, a hung mount: the writer thread stays
+                # stuck in its open (a daemon), and throws the sinks away if
+                # they ever open.
+                self._open_abandoned = True
+                self._open_error = SinkOpenError(
+                    ", ".join(self._config.uris),
+                    f"did not open within {self._config.close_timeout:g} s",
+                )
+                self._state = "closed"
+                self.emit = noop_emit
+                _live.discard(self)
+                raise self._open_error
             if self._open_error is not None:
                 self._state = "closed"
                 self.emit = noop_emit
@@ -440,7 +466,18 @@ class SyncTracer:
     async def _writer(self) -> None:
         run = self._run
         try:
-            sinks = await open_sinks(self._specs, run_id=run.run_id, pid=run.pid, host=run.host)
+            sinks = await open_sinks(
+                self._specs,
+                run_id=run.run_id,
+                pid=run.pid,
+                host=run.host,
+                each_within=self._config.close_timeout,
+            )
+            if self._open_abandoned:
+                for _, sink in sinks:
+                    with contextlib.suppress(Exception):
+                        await sink.discard()
+                return
         except BaseException as exc:
             self._open_error = exc
             if not self._open_waited:
@@ -481,7 +518,6 @@ class SyncTracer:
             wake.clear()
             self._wake_pending = False
             close = await self._drain(pipeline)
-            pipeline.report_full_buffer(peek_count(self._full_drops), self._buffer)
             if close is not None:
                 return close
 

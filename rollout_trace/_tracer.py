@@ -174,6 +174,9 @@ class Tracer:
             pending.pop()
             if self._state == "open":
                 self._full_drops += 1
+                if self._full_drops == 1:
+                    # Said here, once, not by the writer: it may be the stuck part.
+                    self._pipeline.report_full_buffer(1, self._config.buffer)
 
     def _emit_not_open(self, ev: Event) -> None:
         if type(ev) not in _EVENT_TYPES:
@@ -198,10 +201,18 @@ class Tracer:
             raise RuntimeError("this tracer is already open")
         config = self._config
         run = Run(self._config.clock)
-        sinks = await open_sinks(self._specs, run_id=run.run_id, pid=run.pid, host=run.host)
+        sinks = await open_sinks(
+            self._specs,
+            run_id=run.run_id,
+            pid=run.pid,
+            host=run.host,
+            each_within=config.close_timeout,
+        )
         self.run_id = run.run_id
         self._run = run
-        self._pipeline = Pipeline(sinks, run.run_id, direct=False)
+        self._pipeline = Pipeline(
+            sinks, run.run_id, direct=False, stall_timeout=config.close_timeout
+        )
         self._batch_size = config.batch_size
         # The memory stream carries whole batches; with the batch being filled
         # they hold `buffer` events at most.

@@ -11,6 +11,7 @@ import aiofiles
 import aiofiles.os
 
 from ._base import Sink, SinkOptionValueError
+from ._thread import SinkThread
 
 __all__ = ["JsonlSink"]
 
@@ -46,6 +47,7 @@ class JsonlSink(Sink):
         self._gzip: Any = None
         self._made_dirs: list[str] = []
         self._made_file = False
+        self._thread = SinkThread(f"rollout_trace {self.path}")
         self._compress = aiofiles.os.wrap(self._compress_sync)
         self._sync = aiofiles.os.wrap(os.fsync if self.fsync == "always" else os.fdatasync)
 
@@ -53,12 +55,13 @@ class JsonlSink(Sink):
         parent = os.path.dirname(self.path)
         # What this open makes, so that discard() can take it back. Even a
         # stat may block on a network file system: off the event loop.
-        self._made_dirs, self._made_file = await aiofiles.os.wrap(_plan)(self.path)
+        run = self._thread
+        self._made_dirs, self._made_file = await aiofiles.os.wrap(_plan)(self.path, executor=run)
         try:
-            await aiofiles.os.makedirs(parent, exist_ok=True)
-            self._file = await aiofiles.open(self.path, "ab", buffering=0)
+            await aiofiles.os.makedirs(parent, exist_ok=True, executor=run)
+            self._file = await aiofiles.open(self.path, "ab", buffering=0, executor=run)
             if self.fsync == "always":
-                await aiofiles.os.wrap(_fsync_dir)(parent)
+                await aiofiles.os.wrap(_fsync_dir)(parent, executor=run)
         except BaseException:
             await self.discard()
             raise
@@ -69,7 +72,10 @@ class JsonlSink(Sink):
         file, self._file = self._file, None
         if file is not None:
             await file.close()
-        await aiofiles.os.wrap(_undo)(self.path, self._made_file, self._made_dirs)
+        await aiofiles.os.wrap(_undo)(
+            self.path, self._made_file, self._made_dirs, executor=self._thread
+        )
+        self._thread.shutdown(wait=True)  # an open that failed leaves no thread behind
 
     def _compress_sync(self, data: bytes) -> bytes:
         return self._gzip.compress(data) + self._gzip.flush(zlib.Z_SYNC_FLUSH)  # type: ignore[no-any-return]
@@ -78,14 +84,14 @@ class JsonlSink(Sink):
         if self._gzip is not None:
             # Compression runs in the worker thread too: zlib frees the GIL
             # and a large batch would otherwise stall the event loop.
-            data = await self._compress(data)
+            data = await self._compress(data, executor=self._thread)
         await _write_all(self._file, data)
         if self.fsync != "never":
-            await self._sync(self._file.fileno())
+            await self._sync(self._file.fileno(), executor=self._thread)
 
     async def flush(self) -> None:
         if self.fsync == "always":
-            await self._sync(self._file.fileno())
+            await self._sync(self._file.fileno(), executor=self._thread)
 
     async def aclose(self) -> None:
         file, self._file = self._file, None
@@ -96,6 +102,7 @@ class JsonlSink(Sink):
                 await _write_all(file, self._gzip.flush(zlib.Z_FINISH))
         finally:
             await file.close()
+            self._thread.shutdown(wait=False)
 
 
 async def _write_all(file: Any, data: bytes) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import aiofiles.os
 
 from ._base import Sink
+from ._thread import SinkThread
 
 __all__ = ["StdoutSink", "StderrSink"]
 
@@ -19,6 +20,7 @@ class _StdStreamSink(Sink):
         super().__init__(location, options)
         # A slow reader blocks the write: keep it off the event loop.
         self._write_async = aiofiles.os.wrap(self._write_sync)
+        self._thread = SinkThread(f"rollout_trace {type(self).__name__}")
 
     def _write_sync(self, data: bytes) -> None:
         # The descriptor, not sys.stdout: a write blocked on a slow reader must
@@ -40,7 +42,10 @@ class _StdStreamSink(Sink):
             raise
 
     async def write(self, data: bytes) -> None:
-        await self._write_async(data)
+        await self._write_async(data, executor=self._thread)
+
+    async def aclose(self) -> None:
+        self._thread.shutdown(wait=False)
 
 
 class StdoutSink(_StdStreamSink):

@@ -50,6 +50,22 @@ class SlowSink(MemorySink):
         await super().write(data)
 
 
+class StuckSink(MemorySink):
+    """Takes the first ``ok`` batches, then never finishes a write (a hung mount)."""
+
+    options = frozenset({"ok"})
+
+    def __init__(self, location: str, options: Mapping[str, str]) -> None:
+        super().__init__(location, options)
+        self.ok = int(options.get("ok", "1"))
+
+    async def write(self, data: bytes) -> None:
+        if self.ok <= 0:
+            await anyio.sleep_forever()
+        self.ok -= 1
+        await super().write(data)
+
+
 class UnopenableSink(Sink):
     async def open(self) -> None:
         raise PermissionError(13, "Permission denied (injected)")
@@ -62,6 +78,7 @@ class NotASink:
 PLUGINS = {
     "failing": "plugin_sinks:FailingSink",
     "slow": "plugin_sinks:SlowSink",
+    "stuck": "plugin_sinks:StuckSink",
     "unopenable": "plugin_sinks:UnopenableSink",
     "notasink": "plugin_sinks:NotASink",
     "broken": "plugin_sinks_missing_module:Nothing",

@@ -380,3 +380,53 @@ def test_pickling_and_forking_while_threads_emit(tmp_path: Path) -> None:
         run = only_run(path.read_bytes())
         assert run.closed is not None
     assert len(list(tmp_path.glob("*.jsonl"))) == 1 + 3 * 2  # parent, and two runs per child
+
+
+# --- a sink that hangs ----------------------------------------------------------
+
+
+@pytest.mark.usefixtures("plugins")
+async def test_a_hung_sink_is_stopped_and_the_others_keep_everything(
+    trace_log: pytest.LogCaptureFixture,
+) -> None:
+    async with rt.tracer("stuck://?ok=1", "memory://", batch_size=64, close_timeout=1) as t:
+        for i in range(3_000):
+            t.emit(dispatched(i))
+            if i % 100 == 0:
+                await asyncio.sleep(0)
+        await t.flush()
+        good = t.sinks[1]
+    assert isinstance(good, MemorySink)
+    run = only_run(good.getvalue())
+    assert run.closed is not None and run.closed["written"] == 3_000
+    reports = [r.getMessage() for r in trace_log.records]
+    assert len(reports) == 1 and "stuck://?ok=1" in reports[0] and "keep up" in reports[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_sink_that_never_opens_times_out_and_the_process_exits(kind: str, tmp_path: Path) -> None:
+    fifo = tmp_path / "nobody-reads.jsonl"
+    os.mkfifo(fifo)  # opening it for writing blocks until a reader comes
+    body = {
+        "sync": f"rt.sync_tracer({str(fifo)!r}, close_timeout=1).open()",
+        "async": textwrap.dedent(
+            f"""
+            import asyncio
+            async def main():
+                async with rt.tracer({str(fifo)!r}, close_timeout=1):
+                    pass
+            asyncio.run(main())
+            """
+        ),
+    }[kind]
+    code = (
+        "import rollout_trace as rt\ntry:\n"
+        + textwrap.indent(body, "    ")
+        + ("\nexcept rt.SinkOpenError as exc:\n    print(exc)\n")
+    )
+    start = time.monotonic()
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert b"did not open within 1 s" in proc.stdout
+    assert time.monotonic() - start < 30
