@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from ._decoding import decoders
 from ._events import Event
 
 __all__ = ["BatchEncoder", "encode_one"]
@@ -45,11 +46,16 @@ class BatchEncoder:
     def encode(self, events: Sequence[Event]) -> tuple[bytes, list[tuple[Event, Exception]]]:
         """Return the encoded lines and the events that could not be encoded."""
         try:
-            return self._encoder.encode_lines(events), []
-        except Exception:
+            data = self._encoder.encode_lines(events)
+        except Exception:  # any failure: again one by one, below
             pass
+        else:
+            # JSON has no NaN or infinity: msgspec writes them as null, which
+            # no reader takes for a float. Only lines holding a null are checked.
+            return _without_non_finite(events, data) if b"null" in data else (data, [])
         buf = bytearray()
         bad: list[tuple[Event, Exception]] = []
+        good: list[Event] = []
         encode_into = self._encoder.encode_into
         for ev in events:
             mark = len(buf)
@@ -60,4 +66,33 @@ class BatchEncoder:
                 bad.append((ev, exc))
                 continue
             buf += b"\n"
-        return bytes(buf), bad
+            good.append(ev)
+        data = bytes(buf)
+        if b"null" in data:
+            data, more = _without_non_finite(good, data)
+            bad += more
+        return data, bad
+
+
+def _without_non_finite(
+    events: Sequence[Event], data: bytes
+) -> tuple[bytes, list[tuple[Event, Exception]]]:
+    """Drop the lines whose null stands for a NaN or an infinity (or any value
+    the event's own types refuse), and say which events they were."""
+    decode = decoders()[0].decode
+    lines = data.split(b"\n")
+    bad: list[tuple[Event, Exception]] = []
+    keep: list[bytes] = []
+    for ev, line in zip(events, lines, strict=False):
+        if b"null" in line:
+            try:
+                decode(line)
+            except msgspec.ValidationError as exc:
+                reason = f"{exc} (JSON has no NaN or infinity; they are written as null)"
+                bad.append((ev, ValueError(reason)))
+                continue
+        keep.append(line)
+    if not bad:
+        return data, []
+    keep.append(b"")
+    return b"\n".join(keep), bad

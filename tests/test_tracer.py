@@ -383,3 +383,25 @@ async def test_a_flush_can_be_bounded_by_cancelling_it() -> None:
             await t.flush()
         assert scope.cancelled_caught
         assert await t.flush() is True
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),  # a NaN metric
+        float("inf"),  # an infinity
+        -float("inf"),
+    ],
+)
+async def test_a_float_json_cannot_hold_is_counted_invalid(
+    value: float, trace_log: pytest.LogCaptureFixture
+) -> None:
+    async with rt.tracer("memory://") as t:
+        t.emit(rt.SnapshotPublished(step=1, path="/s", captured_at=value))
+        t.emit(rt.GroupReserved(group_id="g", prompt_id=1, size=2, weight_version=0))  # a null
+        sink = memory(t)
+    run = only_run(sink.getvalue(), allow_drops=True)
+    assert run.closed is not None
+    assert (run.closed["written"], run.closed["invalid"]) == (1, 1)
+    assert [e["event"] for e in run.events] == ["group_reserved"]
+    assert any("NaN or infinity" in r.getMessage() for r in trace_log.records)
