@@ -9,6 +9,7 @@ until the ones before it have come (or until the heap fills, for a gap).
 
 from __future__ import annotations
 
+import bisect
 import gc
 import heapq
 import math
@@ -103,8 +104,10 @@ class _Run:
 
     __slots__ = (
         "checkpoints",
+        "duplicates",
         "first_rollout",
         "first_time",
+        "gaps",
         "last_seq",
         "last_time",
         "next_seq",
@@ -132,6 +135,12 @@ class _Run:
         self.last_time = first_time
         self.pending: list[tuple[int, int, Any]] = []
         self.tiebreak = 0
+        # The seq numbers passed over without their event, as [start, end)
+        # ranges: an event below next_seq is a late one only if it is in a gap;
+        # otherwise it is a duplicate (a run read twice: two sinks of one
+        # tracer, a copied file) and must not count twice.
+        self.gaps: list[tuple[int, int]] = []
+        self.duplicates = 0
         # sibling -> (attempt, start time) of its open attempt, if it has one.
         self.open: dict[_Key, tuple[int, float]] = {}
         self.superseded: dict[tuple[_Key, int], float] = {}
@@ -215,26 +224,48 @@ class _Run:
     def arrive_out_of_order(self, ev: Any) -> None:
         """An event whose seq is not the next one: hold it, or apply it late."""
         if ev.seq < self.next_seq:
-            # Already past it: a duplicate or an event later than the window.
-            self.apply(ev)
+            # Already past it: an event later than the window, or a duplicate.
+            if self._fill_gap(ev.seq):
+                self.apply(ev)
+            else:
+                self.duplicates += 1
             return
         self.tiebreak += 1
         heapq.heappush(self.pending, (ev.seq, self.tiebreak, ev))
         if len(self.pending) > _REORDER_WINDOW:
             # The run skipped a seq (a dropped event): move on past the gap.
-            self.next_seq = self.pending[0][0]
+            self._skip_to(self.pending[0][0])
         self.drain()
+
+    def _skip_to(self, seq: int) -> None:
+        if seq > self.next_seq:
+            self.gaps.append((self.next_seq, seq))
+            self.next_seq = seq
+
+    def _fill_gap(self, seq: int) -> bool:
+        """Take ``seq`` out of the gaps; whether it was in one."""
+        i = bisect.bisect_right(self.gaps, (seq, math.inf)) - 1
+        if i < 0:
+            return False
+        start, end = self.gaps[i]
+        if not start <= seq < end:
+            return False
+        self.gaps[i : i + 1] = [r for r in ((start, seq), (seq + 1, end)) if r[0] < r[1]]
+        return True
 
     def drain(self) -> None:
         pending = self.pending
         while pending and pending[0][0] <= self.next_seq:
             seq, _, ev = heapq.heappop(pending)
+            if seq < self.next_seq:  # the same seq twice in the window
+                self.duplicates += 1
+                continue
             self.apply(ev)
-            self.next_seq = max(self.next_seq, seq + 1)
+            self.next_seq = seq + 1
 
     def finish(self) -> None:
         while self.pending:
-            self.next_seq = self.pending[0][0]
+            self._skip_to(self.pending[0][0])
             self.drain()
 
     @property
@@ -345,6 +376,11 @@ class CostAnalysis:
         out: list[StopCost] = []
         previous: _Run | None = None
         for run in ordered:
+            if run.duplicates:
+                self.notes.append(
+                    f"run {run.run_id}: {run.duplicates} events seen twice were counted once "
+                    "(the same run read from two files?)"
+                )
             first = run.first_rollout
             if isinstance(first, (RestoreStarted, LeanRestoreStarted)):
                 if previous is None:

@@ -274,3 +274,15 @@ def test_shipped_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert stop["restore_s"] == pytest.approx(6.5)
     assert stop["lost_s"] == pytest.approx(stop["thrown_away_s"] + stop["redone_s"])
     assert main(["validate", str(folder)]) == 0
+
+
+def test_a_run_read_twice_costs_the_same_as_once(tmp_path: Path) -> None:
+    # Two file sinks of one tracer, or a copied file: every event twice.
+    import shutil
+
+    example = Path(__file__).parent / "data" / "example"
+    copy = tmp_path / "copy"
+    shutil.copytree(example, copy)
+    once = rt.restore_costs(rt.read(str(example)))
+    twice = rt.restore_costs(rt.read([str(example), str(copy)]))
+    assert [s.to_dict() for s in twice] == [s.to_dict() for s in once]
