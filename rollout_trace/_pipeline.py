@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Sequence
 
 import anyio
@@ -19,13 +20,17 @@ __all__ = ["DRAIN_SHARE", "Pipeline", "logger", "peek_count"]
 
 logger = logging.getLogger("rollout_trace")
 
-# The async tracer encodes and writes at most this many events at a time.
-# Measured: with larger writes, aiofiles' worker thread now and then waits
-# hundreds of milliseconds for the GIL that the emitting loop holds, and the
-# buffer overflows; 4,096 never did.
-_ASYNC_CHUNK = 4_096
+# The async tracer encodes and writes at most this many events at a time
+# (about 4 ms of the loop's time). Each write costs its sink's thread a few
+# turns at the GIL; measured with an emitting loop that never idles, smaller
+# writes fell behind and overflowed the buffer, these did not.
+_ASYNC_CHUNK = 16_384
 # Batches a sink may hold before the pipeline waits for it.
 _SINK_QUEUE = 4
+# A sink write outstanding this long has its thread starved of the GIL, which
+# the loop thread then hands over by sleeping this long.
+_STARVED = 0.010
+_HANDOVER = 0.0002
 # The share of the close deadline spent draining; the rest is for trace_closed
 # and closing the sinks.
 DRAIN_SHARE = 0.8
@@ -68,6 +73,7 @@ class _SinkWorker:
         self.uri = uri
         self.sink = sink
         self.failed = False
+        self.busy_since: float | None = None
         self.send: MemoryObjectSendStream[bytes | _Flush]
         self.done = anyio.Event()
         self.scope = anyio.CancelScope(shield=True)
@@ -133,7 +139,9 @@ class _SinkWorker:
                 async with receive:
                     async for item in receive:
                         if isinstance(item, bytes):
+                            self.busy_since = time.monotonic()
                             await self.write(item)
+                            self.busy_since = None
                         else:
                             await self.flush()
                             item.arrive()
@@ -219,6 +227,23 @@ class Pipeline:
                 ev.seq,
                 exc,
             )
+
+    def yield_to_starved_writers(self) -> None:
+        """Give the GIL, briefly, to a sink thread that has waited long for it.
+
+        A sink's thread needs the GIL back after every write. An event loop
+        that gives the GIL away only for its short polls of I/O wakes that
+        thread each time, and each wake restarts the thread's 5 ms wait for
+        its turn: CPython never asks the loop to hand the GIL over, and the
+        writes wait hundreds of milliseconds (measured) while the buffer
+        overflows. A short sleep of the loop thread hands it over.
+        """
+        now = time.monotonic()
+        for worker in self._workers:
+            since = worker.busy_since
+            if since is not None and now - since > _STARVED:
+                time.sleep(_HANDOVER)
+                return
 
     def report_full_buffer(self, drops: int, buffer: int) -> None:
         """Say once that the tracer's buffer overflowed (``drops`` so far)."""

@@ -230,6 +230,7 @@ class Tracer:
         self._tg_entered = True
         self._pipeline.start(tg)
         tg.start_soon(self._pump, name="rollout_trace pump")
+        tg.start_soon(self._handover, name="rollout_trace GIL handover")
         self._pending.append(run.opened(config.meta))  # seq 0, not counted
         self._uncounted = 1
         self._state = "open"
@@ -358,6 +359,13 @@ class Tracer:
             finally:
                 self._release_flushes()
                 self._pump_done.set()
+
+    async def _handover(self) -> None:
+        # Checks on the sinks' threads while the run is open; see
+        # Pipeline.yield_to_starved_writers.
+        while not self._pump_done.is_set():
+            await anyio.sleep(0.005)
+            self._pipeline.yield_to_starved_writers()
 
     def _release_flushes(self) -> None:
         # A flush queued behind the close marker would otherwise wait forever.
