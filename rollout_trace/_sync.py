@@ -107,9 +107,10 @@ class _CloseMarker(_Marker):
         self.drain_deadline = now + timeout * DRAIN_SHARE
 
 
-# Open tracers, for the atexit hook and the fork hook; weak so that a tracer
-# nobody holds can still be collected.
+# Open tracers, for the atexit hook; every enabled tracer, for the fork hook.
+# Weak, so that a tracer nobody holds can still be collected.
 _live: weakref.WeakSet[SyncTracer] = weakref.WeakSet()
+_enabled: weakref.WeakSet[SyncTracer] = weakref.WeakSet()
 
 
 class SyncTracer:
@@ -154,6 +155,7 @@ class SyncTracer:
             self.emit = noop_emit
             return
         self._open_lock = threading.Lock()
+        _enabled.add(self)
         # Not opened yet: open() or `with` opens and raises what goes wrong;
         # otherwise the first emit opens it (a tracer handed to another
         # process opens there, with a run of its own).
@@ -432,13 +434,15 @@ class SyncTracer:
 
     def _after_fork(self) -> None:
         """In a forked child: forget the parent's run; open a new one on the first emit."""
+        # Another thread of the parent may have held the lock at the fork (it
+        # was opening this tracer): in the child nobody would ever release it.
+        self._open_lock = threading.Lock()
         if self._state not in ("open", "closing"):
             return
         # The parent's queue, loop, thread and sinks are left untouched: closing
         # them here could write the parent's data a second time.
         self._state = "new"
         self.run_id = None
-        self._open_lock = threading.Lock()
         self.emit = self._emit_lazy
 
     # --- the writer thread --------------------------------------------------
@@ -566,7 +570,7 @@ def _unpickle(config: TracerConfig) -> SyncTracer:
 
 
 def _after_fork_in_child() -> None:
-    for tracer in list(_live):
+    for tracer in list(_enabled):
         tracer._after_fork()
 
 
