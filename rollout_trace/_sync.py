@@ -224,6 +224,8 @@ class SyncTracer:
     # --- emit ---------------------------------------------------------------
 
     def _make_emit(self) -> Callable[[Event], None]:
+        # Its twin is _tracer.Tracer._make_emit: the stamping is written out in both, as a
+        # shared helper would cost each emit a call.
         # A closure over the run's state: no attribute lookups on the hot path,
         # and no lock: deque.append and next() on a count are atomic.
         queue = self._queue

@@ -129,6 +129,8 @@ class Tracer:
     # --- emit ---------------------------------------------------------------
 
     def _make_emit(self) -> Callable[[Event], None]:
+        # Its twin is _sync.SyncTracer._make_emit: the stamping is written out in both, as a
+        # shared helper would cost each emit a call.
         # A closure over the run's state: no attribute lookups on the hot path.
         pending = self._pending
         append = pending.append
