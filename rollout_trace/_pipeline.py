@@ -16,7 +16,7 @@ from sinks import Sink
 from ._encoding import BatchEncoder
 from ._events import Event
 
-__all__ = ["DRAIN_SHARE", "Pipeline", "logger", "peek_count"]
+__all__ = ["DRAIN_SHARE", "Pipeline", "logger", "peek_count", "warn_full_buffer"]
 
 logger = logging.getLogger("rollout_trace")
 
@@ -34,6 +34,20 @@ _HANDOVER = 0.0002
 # The share of the close deadline spent draining; the rest is for trace_closed
 # and closing the sinks.
 DRAIN_SHARE = 0.8
+
+
+def warn_full_buffer(buffer: int, run_id: str | None) -> None:
+    """Say, once per run and from the emit that dropped first, that the buffer is full.
+
+    Not from the writer: the writer may be the part that is stuck.
+    """
+    logger.warning(
+        "rollout_trace: the buffer of %d events is full, so new events are dropped "
+        "(reported once; trace_closed counts them all): the sinks of run %s are "
+        "slower than the program emits",
+        buffer,
+        run_id,
+    )
 
 
 def peek_count(counter: itertools.count[int]) -> int:
@@ -177,7 +191,6 @@ class Pipeline:
         self.invalid = 0
         self._encoder = BatchEncoder()
         self._workers = [_SinkWorker(uri, sink) for uri, sink in sinks]
-        self._full_reported = False
 
     @property
     def sinks(self) -> list[Sink]:
@@ -244,18 +257,6 @@ class Pipeline:
             if since is not None and now - since > _STARVED:
                 time.sleep(_HANDOVER)
                 return
-
-    def report_full_buffer(self, drops: int, buffer: int) -> None:
-        """Say once that the tracer's buffer overflowed (``drops`` so far)."""
-        if drops and not self._full_reported:
-            self._full_reported = True
-            logger.warning(
-                "rollout_trace: the buffer of %d events is full, so new events are dropped "
-                "(reported once; trace_closed counts them all): the sinks of run %s are "
-                "slower than the program emits",
-                buffer,
-                self.run_id,
-            )
 
     async def flush(self) -> None:
         """Return once every sink has written and flushed all it was handed."""

@@ -39,7 +39,7 @@ from ._config import (
 )
 from ._errors import SinkOpenError
 from ._events import _EVENT_TYPES, Event
-from ._pipeline import DRAIN_SHARE, Pipeline, logger, peek_count
+from ._pipeline import DRAIN_SHARE, Pipeline, logger, peek_count, warn_full_buffer
 from ._sinkspec import open_sinks
 from ._tracer import frozen_event, not_an_event
 
@@ -265,14 +265,7 @@ class SyncTracer:
 
     def _count_full_drop(self) -> None:
         if next(self._full_drops) == 0:
-            # Said here, once, not by the writer thread: it may be the stuck part.
-            logger.warning(
-                "rollout_trace: the buffer of %d events is full, so new events are dropped "
-                "(reported once; trace_closed counts them all): the sinks of run %s are "
-                "slower than the program emits",
-                self._buffer,
-                self.run_id,
-            )
+            warn_full_buffer(self._buffer, self.run_id)
 
     def _emit_lazy(self, ev: Event) -> None:
         if type(ev) not in _EVENT_TYPES:

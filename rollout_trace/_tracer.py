@@ -26,7 +26,7 @@ from ._config import (
     noop_emit,
 )
 from ._events import _EVENT_TYPES, Event
-from ._pipeline import DRAIN_SHARE, Pipeline, _Flush, logger, peek_count
+from ._pipeline import DRAIN_SHARE, Pipeline, _Flush, logger, peek_count, warn_full_buffer
 from ._sinkspec import open_sinks
 
 __all__ = ["Tracer", "tracer", "not_an_event"]
@@ -177,8 +177,7 @@ class Tracer:
             if self._state == "open":
                 self._full_drops += 1
                 if self._full_drops == 1:
-                    # Said here, once, not by the writer: it may be the stuck part.
-                    self._pipeline.report_full_buffer(1, self._config.buffer)
+                    warn_full_buffer(self._config.buffer, self.run_id)
 
     def _emit_not_open(self, ev: Event) -> None:
         if type(ev) not in _EVENT_TYPES:
@@ -343,7 +342,6 @@ class Tracer:
                             item.arrive()
                         case _Close():
                             break
-                    pipeline.report_full_buffer(self._full_drops, self._config.buffer)
                 # Every emit took a seq number: the next one closes the run, and
                 # the ones before it are what was emitted.
                 last = next(self._seq)
