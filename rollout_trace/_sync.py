@@ -277,7 +277,7 @@ class SyncTracer:
         # A caller may hold this method from before the open: hand on to the
         # open run's emit, or drop quietly once the tracer is closed.
         emit = self.emit
-        if emit is not self._emit_lazy:
+        if getattr(emit, "__func__", None) is not SyncTracer._emit_lazy:  # never itself
             emit(ev)
 
     def _forked(self) -> bool:
