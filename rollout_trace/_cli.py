@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -39,8 +41,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RolloutTraceError as exc:
         print(f"rollout-trace {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `| head` closed the pipe; nothing more to say
-        return 0
+    except BrokenPipeError:
+        # `| head` closed the pipe: nothing more to say, and Python's own flush
+        # at exit must not fail either. Not 0: under `set -o pipefail` a
+        # failing validate must not pass.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except OSError as exc:  # a read that failed half way (a failing disk, NFS)
+        print(f"rollout-trace {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     return status
 
 

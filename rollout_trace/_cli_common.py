@@ -74,7 +74,10 @@ def blocks(
 def fmt_time(t: float | None) -> str:
     if t is None:
         return "n/a"
-    stamp = dt.datetime.fromtimestamp(t, tz=dt.timezone.utc)
+    try:
+        stamp = dt.datetime.fromtimestamp(t, tz=dt.timezone.utc)
+    except (OverflowError, ValueError, OSError):  # milliseconds, or no date at all
+        return f"{t:.3f} (not a date)"
     return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
@@ -79,7 +80,11 @@ def run(args: argparse.Namespace) -> int:
     tl = build_timeline(events)
     del events
     if args.output.lower().endswith(".json"):
-        data = orjson.dumps(document_of(tl))
+        doc = document_of(tl)
+        try:
+            data = orjson.dumps(doc)
+        except TypeError:  # an integer wider than 64 bits, which orjson refuses
+            data = json.dumps(doc).encode()
     else:
         data = html_of(tl).encode("utf-8")
     try:

@@ -128,20 +128,35 @@ class _Child:
 
 
 def _check_out(out: Path) -> None:
-    if "?" in str(out):
-        raise DemoUsageError(f"--out {str(out)!r}: a trace path cannot hold '?'; pick another")
+    if not str(out).strip() or any(c in str(out) for c in "?{}"):
+        raise DemoUsageError(
+            f"--out {str(out)!r}: give a folder whose path holds no '?', '{{' or '}}'"
+        )
     if out.exists() and not out.is_dir():
         raise DemoUsageError(f"--out {str(out)!r} is a file, not a folder")
-    for trace in out.glob("trace-*.jsonl"):
+    traces = list(out.glob("trace-*.jsonl"))
+    for trace in traces:
         if not _is_demo_trace(trace):
             raise DemoUsageError(
                 f"--out {str(out)!r} holds {trace.name}, which no demo wrote; "
                 "pick an empty folder or one an earlier demo used"
             )
+    # Only a folder an earlier demo used is cleaned: elsewhere a file with a
+    # demo file's name is the user's, and the demo will not overwrite it.
+    if not traces:
+        clash = [p for pattern in _OWN for p in out.glob(pattern)]
+        if clash:
+            raise DemoUsageError(
+                f"--out {str(out)!r} holds {clash[0].relative_to(out)}, which the demo "
+                "would overwrite; pick an empty folder or one an earlier demo used"
+            )
 
 
 def _clean_out(out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DemoUsageError(f"--out {str(out)!r}: {exc.strerror}") from exc
     old = [p for pattern in _OWN for p in out.glob(pattern)]
     for p in old:
         p.unlink()

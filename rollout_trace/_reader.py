@@ -112,7 +112,10 @@ def expand_paths(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
                 f"trace path {item!r} is a {type(item).__name__}; expected a str or a path"
             )
         text = os.fspath(item)
-        if glob.has_magic(text):
+        # A real file or folder first: its name may hold glob characters.
+        if os.path.isfile(text):
+            matched = [text]
+        elif not os.path.isdir(text) and glob.has_magic(text):
             matched = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
             if not matched:
                 raise TraceReadError(f"no trace file matches {text!r}")
@@ -124,8 +127,6 @@ def expand_paths(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
             )
             if not matched:
                 raise TraceReadError(f"folder {text!r} holds no .jsonl or .jsonl.gz file")
-        elif os.path.isfile(text):
-            matched = [text]
         else:
             raise TraceReadError(f"no such trace file: {text!r}")
         files.update(dict.fromkeys(matched))

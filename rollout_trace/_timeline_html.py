@@ -101,7 +101,12 @@ def html_of(tl: Timeline, *, title: str = "rollout_trace timeline") -> str:
     """The page of an already built ``Timeline``."""
     chart = draw_chart(tl)
     counts: Counter[str] = Counter(a.outcome for r in tl.runs for a in r.attempts)
-    origin = dt.datetime.fromtimestamp(tl.t0, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        origin = dt.datetime.fromtimestamp(tl.t0, tz=dt.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S UTC"
+        )
+    except (OverflowError, ValueError, OSError):  # milliseconds, or no date at all
+        origin = f"{tl.t0:.3f} (not a date)"
     stops = len(tl.stops)
     meta = (
         f"{len(tl.runs)} run(s) · {tl.attempt_count:,} attempts · {stops} stop(s) · "

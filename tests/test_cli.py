@@ -286,3 +286,69 @@ def test_a_run_read_twice_costs_the_same_as_once(tmp_path: Path) -> None:
     once = rt.restore_costs(rt.read(str(example)))
     twice = rt.restore_costs(rt.read([str(example), str(copy)]))
     assert [s.to_dict() for s in twice] == [s.to_dict() for s in once]
+
+
+def test_a_file_whose_name_looks_like_a_glob_is_read(tmp_path: Path) -> None:
+    import shutil
+
+    example = next((Path(__file__).parent / "data" / "example").glob("*.jsonl"))
+    odd = tmp_path / "run[1]"
+    odd.mkdir()
+    shutil.copy(example, odd / "run[1].jsonl")
+    for form in (odd / "run[1].jsonl", odd):  # the file itself, its folder
+        assert main(["summary", str(form)]) == 0
+
+
+@pytest.mark.parametrize(
+    "time_value",
+    [
+        1_700_000_000_000.0,  # milliseconds by mistake
+        1e20,  # no date at all
+    ],
+)
+def test_times_that_are_not_dates_are_shown_not_crashed_on(
+    time_value: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "ms.jsonl"
+    path.write_text(
+        json.dumps(
+            {
+                "event": "trace_opened",
+                "time": time_value,
+                "run_id": "a" * 32,
+                "seq": 0,
+                "schema": 1,
+                "sdk_version": "0",
+                "pid": 1,
+                "host": "h",
+                "meta": {},
+            }
+        )
+        + "\n"
+    )
+    assert main(["summary", str(path)]) == 0
+    assert "not a date" in capsys.readouterr().out
+    assert main(["timeline", str(path), "-o", str(tmp_path / "t.html")]) == 0
+
+
+def test_a_timeline_json_holds_integers_wider_than_64_bits(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    path.write_text(
+        json.dumps(
+            {
+                "event": "trace_opened",
+                "time": 1.7e9,
+                "run_id": "b" * 32,
+                "seq": 0,
+                "schema": 1,
+                "sdk_version": "0",
+                "pid": 1,
+                "host": "h",
+                "meta": {"n": 2**80},
+            }
+        )
+        + "\n"
+    )
+    out = tmp_path / "t.json"
+    assert main(["timeline", str(path), "-o", str(out)]) == 0
+    assert "traceEvents" in json.loads(out.read_text())

@@ -242,3 +242,20 @@ async def test_the_clock_orders_tasks_by_simulated_time_not_real_time() -> None:
     sim.spawn(slow_then_early(), "slow")
     await sim.run(float("inf"), lambda: len(log) == 2)
     assert log == [("slow", 101.0), ("fast", 102.0)]
+
+
+def test_the_demo_will_not_overwrite_files_no_demo_wrote(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints").mkdir()
+    mine = tmp_path / "checkpoints" / "step-100.json"
+    mine.write_text("precious")
+    (tmp_path / "timeline.html").write_text("precious")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rollout_trace", "demo", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "would overwrite" in proc.stderr
+    assert mine.read_text() == "precious"
+    assert (tmp_path / "timeline.html").read_text() == "precious"
