@@ -128,7 +128,7 @@ class _Child:
 
 
 def _check_out(out: Path) -> None:
-    if not str(out).strip() or any(c in str(out) for c in "?{}"):
+    if any(c in str(out) for c in "?{}"):
         raise DemoUsageError(
             f"--out {str(out)!r}: give a folder whose path holds no '?', '{{' or '}}'"
         )
