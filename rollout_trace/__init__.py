@@ -1,14 +1,15 @@
 """rollout_trace: typed, non-blocking event tracing for asyncio RL controllers."""
 
 from ._analysis import restore_costs
-from ._config import TraceCounts
 from ._decoding import UnknownEvent
 from ._errors import (
+    EventTagError,
     RolloutTraceError,
     SinkError,
     SinkOpenError,
     SinkOptionError,
     TraceReadError,
+    TracerStateError,
     UnknownSchemeError,
 )
 from ._events import (
@@ -34,11 +35,12 @@ from ._events import (
 )
 from ._figures import StopCost
 from ._reader import ReadProblem, read, read_located
-from ._sync import SyncTracer, sync_tracer
 from ._timeline import timeline_document
 from ._timeline_html import timeline_html
-from ._tracer import Tracer, tracer
 from ._version import __version__
+from ._writing.async_tracer import Tracer, tracer
+from ._writing.config import TraceCounts
+from ._writing.sync_tracer import SyncTracer, sync_tracer
 
 __all__ = [
     "__version__",
@@ -76,6 +78,8 @@ __all__ = [
     "SinkOptionError",
     "SinkOpenError",
     "TraceReadError",
+    "EventTagError",
+    "TracerStateError",
     # reading traces and restore costs
     "read",
     "read_located",

@@ -20,7 +20,6 @@ from typing import Any, Union
 
 import msgspec
 
-from ._decoding import UnknownEvent
 from ._events import (
     LIFECYCLE_EVENTS,
     AttemptAbandoned,
@@ -28,7 +27,6 @@ from ._events import (
     AttemptRefused,
     AttemptResumed,
     AttemptSealed,
-    Event,
     GroupAdmitted,
     GroupDiscarded,
     GroupReserved,
@@ -56,10 +54,10 @@ from ._lean import (
     LeanTraceOpened,
     LeanTrainerCheckpointPublished,
 )
+from ._schema.decoding import AnyEvent
 
 __all__ = ["CostAnalysis", "restore_costs", "Run", "group_runs"]
 
-AnyEvent = Union[Event, UnknownEvent]  # noqa: UP007
 _Key = tuple[Union[int, str], int]  # noqa: UP007
 
 # How far ahead of the next expected seq an event may arrive and still be put

@@ -12,9 +12,10 @@ import orjson
 
 from ._cli_common import add_paths, blocks
 from ._reader import ReadProblem
+from ._schema.decoding import AnyEvent
 from ._timeline import document_of
 from ._timeline_html import html_of
-from ._timeline_model import AnyEvent, build_timeline
+from ._timeline_model import build_timeline
 
 __all__ = ["register", "SUFFIXES"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ._demo_controller import SLOTS, TOTAL_STEPS, Controller, GenerateFn
 from ._demo_sim import EPOCH, LocalWorker, Plan, Request, Scenario, Sim
-from ._tracer import tracer
+from ._writing.async_tracer import tracer
 
 __all__ = ["main"]
 

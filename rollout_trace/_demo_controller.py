@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _events as ev
 from ._demo_sim import EPOCH, Plan, Request, Signal, Sim
-from ._tracer import Tracer
+from ._writing.async_tracer import Tracer
 
 __all__ = ["Controller", "GenerateFn"]
 

@@ -9,6 +9,8 @@ __all__ = [
     "SinkOptionError",
     "SinkOpenError",
     "TraceReadError",
+    "TracerStateError",
+    "EventTagError",
 ]
 
 
@@ -39,3 +41,27 @@ class SinkOpenError(SinkError):
 
 class TraceReadError(RolloutTraceError):
     """A trace file cannot be read at all (missing, unreadable, not a trace)."""
+
+
+class TracerStateError(RolloutTraceError, RuntimeError):
+    """A tracer was used in a way its state does not allow (opened twice at once)."""
+
+
+class EventTagError(RolloutTraceError, TypeError):
+    """An event class was defined with a tag that another event class holds.
+
+    Raised by the ``class`` statement of a class without ``tag=``. msgspec sets
+    an explicit ``tag=`` only after every hook of ours has run, so a clash of
+    one is raised when the next event class is defined or a tag is first looked
+    up (reading, ``event_types()``). ``tag`` is the tag; ``classes`` the class
+    that holds it and the one refused (just the refused one when the tag is not
+    a string). Also a ``TypeError``, as a bad class definition is.
+    """
+
+    def __init__(self, message: str, *, tag: object = None, classes: tuple[type, ...] = ()) -> None:
+        super().__init__(message)
+        self.tag = tag
+        self.classes = classes
+
+
+EventTagError.__module__ = "rollout_trace"

@@ -16,7 +16,8 @@ from typing import Any, Union
 
 import msgspec
 
-from ._events import _registry_version, event_types
+from ._schema.events import event_types
+from ._schema.registry import REGISTRY
 
 __all__ = [
     "LeanEnvelope",
@@ -122,15 +123,13 @@ for _tag, _kind in _KIND_BY_TAG.items():
     ATTEMPT_KIND[LEAN[_tag]] = _kind
     ATTEMPT_KIND[event_types()[_tag]] = _kind
 
-_cache: dict[str, Any] = {"version": -1, "decoder": None}
-
 
 def lean_list_decoder() -> msgspec.json.Decoder[Any]:
     """A decoder for a JSON array of events: lean where one exists, real otherwise."""
-    if _cache["version"] != _registry_version[0]:
-        types = tuple(LEAN.get(tag, cls) for tag, cls in event_types().items())
-        union: Any = Union[types]  # noqa: UP007
-        _cache["decoder"] = msgspec.json.Decoder(list[union])
-        _cache["version"] = _registry_version[0]
-    decoder: msgspec.json.Decoder[Any] = _cache["decoder"]
-    return decoder
+    return REGISTRY.cached("lean_list_decoder", _build_lean_list_decoder)
+
+
+def _build_lean_list_decoder() -> msgspec.json.Decoder[Any]:
+    types = tuple(LEAN.get(tag, cls) for tag, cls in event_types().items())
+    union: Any = Union[types]  # noqa: UP007
+    return msgspec.json.Decoder(list[union])

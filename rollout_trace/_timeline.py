@@ -22,7 +22,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._figures import StopCost
-from ._timeline_model import AnyEvent, Attempt, Mark, RunLine, Timeline, build_timeline
+from ._schema.decoding import AnyEvent
+from ._timeline_model import Attempt, Mark, RunLine, Timeline, build_timeline
 from ._version import __version__
 
 __all__ = ["CNAME", "timeline_document", "document_of"]

@@ -14,7 +14,8 @@ from html import escape
 
 from ._cli_cost import _ROWS as FIGURE_ROWS
 from ._figures import StopCost
-from ._timeline_model import OUTCOMES, AnyEvent, Timeline, build_timeline
+from ._schema.decoding import AnyEvent
+from ._timeline_model import OUTCOMES, Timeline, build_timeline
 from ._timeline_svg import COLOURS, PRIORITY, Chart, draw_chart, fmt_rel
 from ._version import __version__
 

@@ -18,17 +18,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from ._analysis import restore_costs
-from ._decoding import UnknownEvent
 from ._events import (
     AttemptAbandoned,
     AttemptDispatched,
     AttemptRefused,
     AttemptResumed,
     AttemptSealed,
-    Event,
     GroupAdmitted,
     GroupDiscarded,
     GroupReserved,
@@ -43,10 +41,10 @@ from ._events import (
     WeightsSynced,
 )
 from ._figures import StopCost
+from ._schema.decoding import AnyEvent, UnknownEvent
 
 __all__ = ["OUTCOMES", "Attempt", "Mark", "Restore", "RunLine", "Timeline", "build_timeline"]
 
-AnyEvent = Union[Event, UnknownEvent]  # noqa: UP007
 
 # Every way an attempt can end, in the order a legend lists them. An
 # abandoned try's outcome is its reason, with `restart` spelled `restarted`.

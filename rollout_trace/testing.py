@@ -26,7 +26,7 @@ from sinks import MemorySink, Sink
 
 from ._decoding import UnknownEvent, decode_line
 from ._events import LIFECYCLE_EVENTS, Event, tag_of
-from ._sinkspec import capture_override
+from ._writing.specs import capture_override
 
 __all__ = ["CapturedEvents", "capture_events"]
 

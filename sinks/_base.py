@@ -1,4 +1,4 @@
-"""The plugin contract: a small async writer of encoded JSON lines."""
+"""The plugin contract: a small blocking writer of encoded JSON lines."""
 
 from __future__ import annotations
 
@@ -16,16 +16,25 @@ class Sink:
     """Writes batches of encoded JSON lines somewhere; knows nothing of events.
 
     A tracer builds a sink with the URI's location (the part after ``scheme://``,
-    templates already filled in) and its query options, awaits ``open()`` once,
-    then calls ``write()`` with whole lines, one batch at a time, never
-    concurrently. ``flush()`` is called when the user asks for a flush and
-    ``aclose()`` once at the end, also after a failed ``write()``; ``discard()``
-    instead of ``aclose()`` when the tracer could not open as a whole.
+    templates already filled in) and its query options, then calls its methods
+    from one thread of the sink's own, one call at a time: ``open()`` once,
+    ``write()`` with whole lines, one batch at a time, ``flush()`` when the
+    user asks for a flush, and ``close()`` once at the end (also after a failed
+    ``write()``); ``discard()`` instead of ``close()`` when the tracer could not
+    open as a whole.
+
+    The methods block: the tracer never calls them on the event loop or on a
+    thread that emits, so a sink needs no async code and works under every
+    event loop. A sink that blocks for good (a hung mount, a pipe nobody
+    reads) is given up on after the tracer's ``close_timeout``; its thread is
+    a daemon and is left behind.
 
     A subclass lists the query options it knows in ``options``: the tracer
     rejects any other option before the sink is built, naming the known ones.
-    An exception from ``open()`` stops the tracer from opening; one from
-    ``write()`` or ``flush()`` is reported once and the sink is not used again.
+    ``__init__`` does no I/O (it runs when the tracer is built, to check the
+    options). An exception from ``open()`` stops the tracer from opening; one
+    from ``write()`` or ``flush()`` is reported once and the sink is not used
+    again. ``write()`` either writes all of ``data`` or raises.
     """
 
     #: Query options this sink understands (``jsonl:///x.jsonl?fsync=batch``).
@@ -34,23 +43,23 @@ class Sink:
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         self.location = location
 
-    async def open(self) -> None:
+    def open(self) -> None:
         """Acquire the resource. Raise ``OSError`` (or any error) if it cannot be had."""
 
-    async def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         """Write ``data``: one or more whole lines, each ending in ``b"\\n"``."""
         raise NotImplementedError
 
-    async def flush(self) -> None:
+    def flush(self) -> None:
         """Push what was written to where readers can see it."""
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         """Release the resource. Called once, also after a failed write."""
 
-    async def discard(self) -> None:
+    def discard(self) -> None:
         """Undo a successful ``open()``, leaving nothing behind (no file, no folder).
 
-        Called instead of ``aclose()`` when another sink of the same tracer
+        Called instead of ``close()`` when another sink of the same tracer
         failed to open, so the tracer does not open at all. Closes by default.
         """
-        await self.aclose()
+        self.close()

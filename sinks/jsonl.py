@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import zlib
 from collections.abc import Mapping
 from typing import Any
 
-import aiofiles
-import aiofiles.os
-
 from ._base import Sink, SinkOptionValueError
-from ._thread import SinkThread
 
 __all__ = ["JsonlSink"]
 
 _FSYNC_MODES = ("never", "batch", "always")
+logger = logging.getLogger("rollout_trace")
 
 
 class JsonlSink(Sink):
@@ -25,6 +23,11 @@ class JsonlSink(Sink):
     a forked child could write a second time. ``.jsonl.gz`` files get one
     gzip member per open, flushed to a byte boundary after every batch, so a
     killed writer leaves a readable prefix.
+
+    A file that is deleted, or moved away (log rotation), while the sink
+    writes is noticed before the next batch: the sink reopens its path, makes
+    a new file there and says so once per reopen, rather than writing into a
+    file nobody can find.
 
     ``fsync``: ``never`` (default) leaves durability to the OS; ``batch``
     calls ``fdatasync`` after every batch; ``always`` calls ``fsync`` after
@@ -43,74 +46,94 @@ class JsonlSink(Sink):
                 f"fsync={self.fsync!r} is not one of {', '.join(_FSYNC_MODES)}"
             )
         self.path = os.path.abspath(location)
-        self._file: Any = None
+        self.reopened = 0
+        self._fd = -1
+        self._identity: tuple[int, int] = (0, 0)
         self._gzip: Any = None
         self._made_dirs: list[str] = []
         self._made_file = False
-        self._thread = SinkThread(f"rollout_trace {self.path}")
-        self._compress = aiofiles.os.wrap(self._compress_sync)
-        self._sync = aiofiles.os.wrap(os.fsync if self.fsync == "always" else os.fdatasync)
 
-    async def open(self) -> None:
-        parent = os.path.dirname(self.path)
-        # What this open makes, so that discard() can take it back. Even a
-        # stat may block on a network file system: off the event loop.
-        run = self._thread
-        self._made_dirs, self._made_file = await aiofiles.os.wrap(_plan)(self.path, executor=run)
+    def open(self) -> None:
+        # What this open makes, so that discard() can take it back.
+        self._made_dirs, self._made_file = _plan(self.path)
         try:
-            await aiofiles.os.makedirs(parent, exist_ok=True, executor=run)
-            self._file = await aiofiles.open(self.path, "ab", buffering=0, executor=run)
-            if self.fsync == "always":
-                await aiofiles.os.wrap(_fsync_dir)(parent, executor=run)
+            self._open_file()
         except BaseException:
-            await self.discard()
+            self.discard()
             raise
+
+    def _open_file(self) -> None:
+        parent = os.path.dirname(self.path)
+        os.makedirs(parent, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        self._fd = fd
+        st = os.fstat(fd)
+        self._identity = (st.st_dev, st.st_ino)
+        if self.fsync == "always":
+            _fsync_dir(parent)
         if self.path.endswith(".gz"):
             self._gzip = zlib.compressobj(wbits=31)  # 31: a gzip header and trailer
 
-    async def discard(self) -> None:
-        file, self._file = self._file, None
-        if file is not None:
-            await file.close()
-        await aiofiles.os.wrap(_undo)(
-            self.path, self._made_file, self._made_dirs, executor=self._thread
+    def _still_there(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity
+
+    def _reopen(self) -> None:
+        self._close_file()
+        self._open_file()
+        self.reopened += 1
+        logger.warning(
+            "rollout_trace: %s was deleted or moved away while being written; "
+            "writing on in a new file at that path",
+            self.path,
         )
-        self._thread.shutdown(wait=True)  # an open that failed leaves no thread behind
 
-    def _compress_sync(self, data: bytes) -> bytes:
-        return self._gzip.compress(data) + self._gzip.flush(zlib.Z_SYNC_FLUSH)  # type: ignore[no-any-return]
-
-    async def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
+        # One stat per batch (a few microseconds for thousands of events).
+        if not self._still_there():
+            self._reopen()
         if self._gzip is not None:
-            # Compression runs in the worker thread too: zlib frees the GIL
-            # and a large batch would otherwise stall the event loop.
-            data = await self._compress(data, executor=self._thread)
-        await _write_all(self._file, data)
-        if self.fsync != "never":
-            await self._sync(self._file.fileno(), executor=self._thread)
+            data = self._gzip.compress(data) + self._gzip.flush(zlib.Z_SYNC_FLUSH)
+        _write_all(self._fd, data)
+        if self.fsync == "batch":
+            os.fdatasync(self._fd)
+        elif self.fsync == "always":
+            os.fsync(self._fd)
 
-    async def flush(self) -> None:
-        if self.fsync == "always":
-            await self._sync(self._file.fileno(), executor=self._thread)
+    def flush(self) -> None:
+        if self.fsync == "always" and self._fd >= 0:
+            os.fsync(self._fd)
 
-    async def aclose(self) -> None:
-        file, self._file = self._file, None
-        if file is None:
+    def _close_file(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd < 0:
             return
         try:
             if self._gzip is not None:
-                await _write_all(file, self._gzip.flush(zlib.Z_FINISH))
+                _write_all(fd, self._gzip.flush(zlib.Z_FINISH))
+                self._gzip = None
         finally:
-            await file.close()
-            self._thread.shutdown(wait=False)
+            os.close(fd)
+
+    def close(self) -> None:
+        self._close_file()
+
+    def discard(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+        _undo(self.path, self._made_file, self._made_dirs)
 
 
-async def _write_all(file: Any, data: bytes) -> None:
-    # An unbuffered write may be short (a signal, a full disk): finish the
-    # batch so that no line is torn on purpose.
+def _write_all(fd: int, data: bytes) -> None:
+    # A write may be short (a signal, a full disk): finish the batch so that
+    # no line is torn on purpose.
     view = memoryview(data)
     while view:
-        view = view[await file.write(view) :]
+        view = view[os.write(fd, view) :]
 
 
 def _plan(path: str) -> tuple[list[str], bool]:

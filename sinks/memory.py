@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 
 from ._base import Sink
@@ -10,18 +11,25 @@ __all__ = ["MemorySink"]
 
 
 class MemorySink(Sink):
-    """Keeps every written batch; ``lines()`` gives them back one line each."""
+    """Keeps every written batch; ``lines()`` gives them back one line each.
+
+    What was written stays readable after the tracer closed.
+    """
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         super().__init__(location, options)
         self._chunks: list[bytes] = []
+        # The sink's thread appends while a test may read from another one.
+        self._lock = threading.Lock()
 
-    async def write(self, data: bytes) -> None:
-        self._chunks.append(data)
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            self._chunks.append(data)
 
     def getvalue(self) -> bytes:
         """Everything written so far, as one bytes object."""
-        return b"".join(self._chunks)
+        with self._lock:
+            return b"".join(self._chunks)
 
     def lines(self) -> list[bytes]:
         """Every line written so far, without its trailing newline."""

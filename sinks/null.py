@@ -8,9 +8,9 @@ __all__ = ["NullSink"]
 
 
 class NullSink(Sink):
-    """Accepts every batch and keeps nothing; counts what it was given."""
+    """Accepts every batch and keeps nothing; counts the bytes it was given."""
 
     bytes_written = 0
 
-    async def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         self.bytes_written += len(data)

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-
-import aiofiles.os
 
 from ._base import Sink
-from ._thread import SinkThread
 
 __all__ = ["StdoutSink", "StderrSink"]
 
@@ -16,13 +12,7 @@ __all__ = ["StdoutSink", "StderrSink"]
 class _StdStreamSink(Sink):
     _fd = 1
 
-    def __init__(self, location: str, options: Mapping[str, str]) -> None:
-        super().__init__(location, options)
-        # A slow reader blocks the write: keep it off the event loop.
-        self._write_async = aiofiles.os.wrap(self._write_sync)
-        self._thread = SinkThread(f"rollout_trace {type(self).__name__}")
-
-    def _write_sync(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         # The descriptor, not sys.stdout: a write blocked on a slow reader must
         # not hold the lock of Python's stdout buffer, or the interpreter's own
         # flush at exit would wait for it forever.
@@ -40,12 +30,6 @@ class _StdStreamSink(Sink):
             finally:
                 os.close(devnull)
             raise
-
-    async def write(self, data: bytes) -> None:
-        await self._write_async(data, executor=self._thread)
-
-    async def aclose(self) -> None:
-        self._thread.shutdown(wait=False)
 
 
 class StdoutSink(_StdStreamSink):

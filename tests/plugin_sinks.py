@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping
 from importlib.metadata import EntryPoint
 
-import anyio
 import pytest
 
-import rollout_trace._sinkspec as sinkspec
+import rollout_trace._writing.specs as sinkspec
 from sinks import MemorySink, Sink, SinkOptionValueError
 
 
@@ -26,18 +27,18 @@ class FailingSink(MemorySink):
         self.writes = 0
         self.closed = False
 
-    async def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         self.writes += 1
         if self.writes > self.ok:
             raise OSError(28, "No space left on device (injected)")
-        await super().write(data)
+        super().write(data)
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self.closed = True
 
 
 class SlowSink(MemorySink):
-    """Sleeps ``delay`` seconds in every write, without blocking the loop."""
+    """Sleeps ``delay`` seconds in every write (on its own thread)."""
 
     options = frozenset({"delay"})
 
@@ -45,9 +46,9 @@ class SlowSink(MemorySink):
         super().__init__(location, options)
         self.delay = float(options.get("delay", "0.05"))
 
-    async def write(self, data: bytes) -> None:
-        await anyio.sleep(self.delay)
-        await super().write(data)
+    def write(self, data: bytes) -> None:
+        time.sleep(self.delay)
+        super().write(data)
 
 
 class StuckSink(MemorySink):
@@ -59,15 +60,15 @@ class StuckSink(MemorySink):
         super().__init__(location, options)
         self.ok = int(options.get("ok", "1"))
 
-    async def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         if self.ok <= 0:
-            await anyio.sleep_forever()
+            threading.Event().wait()  # for ever: the thread is a daemon
         self.ok -= 1
-        await super().write(data)
+        super().write(data)
 
 
 class UnopenableSink(Sink):
-    async def open(self) -> None:
+    def open(self) -> None:
         raise PermissionError(13, "Permission denied (injected)")
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import rollout_trace as rt
-from rollout_trace._sinkspec import parse_uri, uris_from_env
+from rollout_trace._writing.specs import parse_uri, uris_from_env
 from sinks import JsonlSink, MemorySink, NullSink, StderrSink, StdoutSink
 
 # Accepted forms: (uri, sink class, location, options).

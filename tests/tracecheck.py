@@ -38,8 +38,12 @@ def parse_lines(data: bytes) -> list[dict[str, Any]]:
     return objs
 
 
-def check_runs(data: bytes, *, allow_drops: bool = False) -> dict[str, Run]:
-    """Split lines by run and check each run's lifecycle, seq numbers and counts."""
+def check_runs(data: bytes, *, allow_drops: bool = False, uri: str | None = None) -> dict[str, Run]:
+    """Split lines by run and check each run's lifecycle, seq numbers and counts.
+
+    ``uri``: the sink that wrote ``data``, whose own count in ``trace_closed``
+    must equal the lines really in it.
+    """
     runs: dict[str, list[dict[str, Any]]] = {}
     for obj in parse_lines(data):
         runs.setdefault(obj["run_id"], []).append(obj)
@@ -56,9 +60,17 @@ def check_runs(data: bytes, *, allow_drops: bool = False) -> dict[str, Run]:
         assert all(o["event"] not in ("trace_opened", "trace_closed") for o in middle)
         if closed is not None:
             c = closed
-            assert set(c) == {*ENVELOPE, "emitted", "written", "dropped", "invalid"}
+            assert set(c) == {*ENVELOPE, "emitted", "written", "dropped", "invalid", "sinks"}
             assert c["emitted"] == c["written"] + c["dropped"] + c["invalid"], c
-            assert c["written"] == len(middle), (c, len(middle))
+            # What this file's sink acknowledged is what is really in it; the
+            # run's `written` is what at least one sink wrote.
+            mine = [s for s in c["sinks"] if uri is None or s["uri"] == uri]
+            assert len(mine) == 1 or uri is None, (uri, c["sinks"])
+            if uri is not None or len(c["sinks"]) == 1:
+                assert mine[0]["written"] == len(middle), (c, len(middle))
+            assert c["written"] >= len(middle), (c, len(middle))
+            if not any(s["error"] for s in c["sinks"]):
+                assert c["written"] == len(middle), (c, len(middle))
             assert c["seq"] == c["emitted"] + 1
             assert all(1 <= s <= c["emitted"] for s in seqs)
             if not allow_drops:

@@ -1,8 +1,7 @@
-"""Sink URIs: parsing, templates, the entry-point registry, and opening."""
+"""Sink URIs: parsing, templates and the entry-point registry of sink classes."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
@@ -11,13 +10,11 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from urllib.parse import parse_qsl
 
-import anyio
-
 from sinks import Sink, SinkOptionValueError
 
-from ._errors import SinkError, SinkOpenError, SinkOptionError, UnknownSchemeError
+from .._errors import SinkError, SinkOptionError, UnknownSchemeError
 
-__all__ = ["ENV_VAR", "SinkSpec", "parse_uri", "uris_from_env", "known_schemes", "open_sinks"]
+__all__ = ["ENV_VAR", "SinkSpec", "parse_uri", "uris_from_env", "known_schemes", "build_sinks"]
 
 ENV_VAR = "ROLLOUT_TRACE"
 ENTRY_POINT_GROUP = "rollout_trace.sinks"
@@ -133,34 +130,11 @@ def uris_from_env() -> list[str]:
 capture_override: list[Callable[[], list[tuple[str, Sink]]]] = []
 
 
-async def open_sinks(
-    specs: Sequence[SinkSpec], *, run_id: str, pid: int, host: str, each_within: float = 10.0
+def build_sinks(
+    specs: Sequence[SinkSpec], *, run_id: str, pid: int, host: str
 ) -> list[tuple[str, Sink]]:
-    """Build and open every sink, or none: on failure close what opened and raise.
-
-    Each sink gets ``each_within`` seconds to open (a FIFO without a reader, a hung
-    mount): past it, it counts as a sink that cannot be opened.
-    """
+    """Build (not open) one sink per spec for a run, or the capture sinks of
+    ``rollout_trace.testing.capture_events()`` while it is active."""
     if capture_override:
         return capture_override[-1]()
-    opened: list[tuple[str, Sink]] = []
-    try:
-        for spec in specs:
-            sink = spec.build(run_id=run_id, pid=pid, host=host)
-            try:
-                with anyio.fail_after(each_within):
-                    await sink.open()
-            except TimeoutError as exc:
-                raise SinkOpenError(spec.uri, f"did not open within {each_within:g} s") from exc
-            except Exception as exc:
-                reason = f"cannot open: {exc}" if isinstance(exc, OSError) else f"{exc!r}"
-                raise SinkOpenError(spec.uri, reason) from exc
-            opened.append((spec.uri, sink))
-    except BaseException:
-        # Nothing half-opened is left behind: the sinks that did open take
-        # back what they made. The open error is the one to report.
-        for _, sink in opened:
-            with contextlib.suppress(Exception):
-                await sink.discard()
-        raise
-    return opened
+    return [(spec.uri, spec.build(run_id=run_id, pid=pid, host=host)) for spec in specs]

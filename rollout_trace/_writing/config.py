@@ -1,22 +1,19 @@
-"""What both tracers are configured with, checked once, and what makes a run."""
+"""What both tracers are configured with, checked once before anything opens."""
 
 from __future__ import annotations
 
-import os
-import socket
+import math
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ._encoding import encode_one
-from ._events import TraceClosed, TraceOpened
-from ._sinkspec import SinkSpec, capture_override, parse_uri, uris_from_env
-from ._version import __version__
+from .._errors import SinkError
+from .._schema.encoding import encode_one
+from .specs import ENV_VAR, SinkSpec, capture_override, parse_uri, uris_from_env
 
-__all__ = ["TracerConfig", "TraceCounts", "Run", "noop_emit"]
+__all__ = ["TracerConfig", "TraceCounts", "noop_emit"]
 
 DEFAULT_BUFFER = 65_536
 DEFAULT_BATCH = 4_096
@@ -24,17 +21,18 @@ DEFAULT_FLUSH_INTERVAL = 0.25
 DEFAULT_CLOSE_TIMEOUT = 10.0
 
 
-# ``emit`` of a disabled or closed tracer. A C method that takes one object
-# and keeps nothing (a deque of length 0 discards at once) costs about half
-# of a call to an empty Python function.
+# ``emit`` of a disabled tracer. A C method that takes one object and keeps
+# nothing (a deque of length 0 discards at once) costs about half of a call
+# to an empty Python function.
 noop_emit: Callable[[Any], None] = deque(maxlen=0).append
 
 
-def _positive(name: str, value: Any, kind: type) -> Any:
+def _positive(name: str, value: Any, kind: type, *, infinite: bool = False) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
         raise TypeError(f"{name} must be a {kind.__name__}, not {type(value).__name__}: {value!r}")
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if not value > 0 or (math.isinf(value) and not infinite):
+        allowed = "> 0 (math.inf for no limit)" if infinite else "> 0 and finite"
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
     return kind(value)
 
 
@@ -57,9 +55,13 @@ class TracerConfig:
     buffer: int = DEFAULT_BUFFER
     batch_size: int = DEFAULT_BATCH
     flush_interval: float = DEFAULT_FLUSH_INTERVAL
+    # One deadline for a close, and how long one sink call may take before the
+    # sink is given up; math.inf waits for ever.
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT
     # The wall clock that stamps ``time``; a simulation may pass its own.
     clock: Callable[[], float] = time.time
+    # The URIs came from $ROLLOUT_TRACE, which errors then name.
+    from_env: bool = False
 
     @classmethod
     def make(
@@ -74,9 +76,10 @@ class TracerConfig:
         close_timeout: float,
         clock: Callable[[], float] = time.time,
     ) -> TracerConfig:
+        from_env = False
         if enabled and not uris:
             uris = tuple(uris_from_env())
-            enabled = bool(uris)
+            enabled = from_env = bool(uris)
         if capture_override:
             enabled = True  # capture_events() sees the events of every tracer
         meta = dict(meta or {})
@@ -96,20 +99,31 @@ class TracerConfig:
             buffer=buffer,
             batch_size=batch_size,
             flush_interval=_positive("flush_interval", flush_interval, float),
-            close_timeout=_positive("close_timeout", close_timeout, float),
+            close_timeout=_positive("close_timeout", close_timeout, float, infinite=True),
             clock=_clock(clock),
+            from_env=from_env,
         )
 
     def specs(self) -> list[SinkSpec]:
         """Parse the URIs (raises a ``SinkError`` subclass for a bad one)."""
-        return [parse_uri(uri) for uri in self.uris] if self.enabled else []
+        if not self.enabled:
+            return []
+        try:
+            return [parse_uri(uri) for uri in self.uris]
+        except SinkError as exc:
+            if not self.from_env:
+                raise
+            # A typo in a Ray runtime_env or a job spec is found by its name.
+            raise type(exc)(exc.uri, f"{exc.reason} (from ${ENV_VAR})") from exc
 
 
 class TraceCounts(NamedTuple):
     """What a run's ``emit`` calls came to: ``trace_closed``'s counts, at any time.
 
-    ``pending`` is what is emitted but not yet handed to the sinks (0 once the
-    run is closed, when it has become ``written`` or ``dropped``).
+    ``pending`` is what is emitted but not yet written or given up (0 once
+    the run is closed). ``outside_run`` counts emits made while no run was
+    open (before the open, or after the close, also through an ``emit`` kept
+    from the open run): they belong to no run and are not in ``trace_closed``.
     """
 
     emitted: int = 0
@@ -117,52 +131,4 @@ class TraceCounts(NamedTuple):
     dropped: int = 0
     invalid: int = 0
     pending: int = 0
-
-
-class Run:
-    """One run's identity: a new ``run_id`` for every open, and in every process."""
-
-    __slots__ = ("clock", "final", "host", "pid", "run_id")
-
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
-        self.run_id = uuid.uuid4().hex
-        self.pid = os.getpid()
-        self.host = socket.gethostname()
-        self.final: TraceClosed | None = None
-
-    def counts(self, emitted: int, written: int, invalid: int, full_drops: int) -> TraceCounts:
-        """The counts so far; the final ones once ``closed()`` has been built."""
-        if self.final is not None:
-            f = self.final
-            return TraceCounts(f.emitted, f.written, f.dropped, f.invalid, 0)
-        pending = emitted - written - invalid - full_drops
-        return TraceCounts(emitted, written, full_drops, invalid, pending)
-
-    def opened(self, meta: Mapping[str, Any]) -> TraceOpened:
-        return TraceOpened(
-            time=self.clock(),
-            seq=0,
-            sdk_version=__version__,
-            pid=self.pid,
-            host=self.host,
-            meta=dict(meta),
-        )
-
-    def closed(self, *, seq: int, emitted: int, written: int, invalid: int) -> TraceClosed:
-        """The run's ``trace_closed``; the first call fixes the counts for good.
-
-        A close that gives up at its deadline calls it first, and what the
-        writer still manages after that does not change what close() reported.
-        """
-        if self.final is not None:
-            return self.final
-        self.final = TraceClosed(
-            time=self.clock(),
-            seq=seq,
-            emitted=emitted,
-            written=written,
-            dropped=emitted - written - invalid,
-            invalid=invalid,
-        )
-        return self.final
+    outside_run: int = 0

@@ -1,0 +1,52 @@
+"""Every trick that leans on CPython's or a dependency's internals, in one place.
+
+Each one says what it assumes and what it saves; ``tests/test_internals.py``
+fails when an assumption stops holding, so a new Python or anyio release
+shows up there first rather than as a silent miscount.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+
+import anyio
+
+__all__ = ["peek_count", "is_cancellation", "forget_native_cancel"]
+
+
+def peek_count(counter: itertools.count[int]) -> int:
+    """The next value of an ``itertools.count``, without taking it.
+
+    Assumes ``repr(count(N))`` is ``"count(N)"`` (true since Python 2.7). The
+    emit path takes ``seq`` with ``next()`` on a count, which is atomic under
+    the GIL and costs about 30 ns; a lock would cost about 370 ns per emit,
+    and reading the count back is needed only for ``counts`` and at close.
+    """
+    return int(repr(counter)[6:-1])
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the running backend's cancellation exception."""
+    return isinstance(exc, anyio.get_cancelled_exc_class())
+
+
+def forget_native_cancel() -> None:
+    """After catching a native ``Task.cancel()`` in a task of the tracer's own,
+    take the request back so that the task's later cancel scopes work as usual.
+
+    asyncio counts cancel requests per task (``Task.cancelling()``, 3.11+),
+    and anyio's scopes compare that count with the one they saw on entry: a
+    request left pending would make every later timeout of the task look
+    like a foreign cancellation. Only the tracer's own tasks call this; a
+    user's task keeps its requests.
+    """
+    if sys.version_info < (3, 11):
+        return
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not asyncio (trio has no native cancel to forget)
+        return
+    if task is not None and task.cancelling():
+        task.uncancel()

@@ -1,0 +1,90 @@
+"""Decoding wire lines back into typed events: the reader and capture_events use it."""
+
+# No `from __future__ import annotations`: msgspec would resolve string
+# annotations in the module named by `__module__`, which is `rollout_trace`
+# for UnknownEvent (see the end of the module), where `Any` is not defined.
+from typing import Any, Union
+
+import msgspec
+
+from .events import Event
+from .registry import REGISTRY
+
+__all__ = ["UnknownEvent", "AnyEvent", "decoders", "decode_one", "decode_line"]
+
+
+class UnknownEvent(msgspec.Struct, kw_only=True):
+    """A line whose ``event`` names no class defined in this process.
+
+    Kept, never dropped (SPEC section 1): ``fields`` holds every field that
+    is not part of the envelope.
+    """
+
+    event: str
+    time: float
+    run_id: str
+    seq: int
+    fields: dict[str, Any] = {}
+
+
+UnknownEvent.__module__ = "rollout_trace"
+
+AnyEvent = Union[Event, UnknownEvent]  # noqa: UP007
+
+
+class _Envelope(msgspec.Struct):
+    event: str
+    time: float
+    run_id: str
+    seq: int
+
+
+_generic = msgspec.json.Decoder(dict[str, Any])
+_envelope = msgspec.json.Decoder(_Envelope)
+_ENVELOPE_KEYS = frozenset(_Envelope.__struct_fields__)
+
+
+def decoders() -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
+    """Decoders for one event and for a list of events, over every known class.
+
+    Rebuilt only when an event class was defined since the last call, so a
+    user's own events read back typed when their module is imported.
+    """
+    return REGISTRY.decoders()
+
+
+def decode_one(raw: bytes) -> tuple[AnyEvent | None, str | None]:
+    """One line to an event (``UnknownEvent`` for an unknown tag), or why it is not one."""
+    one, _ = REGISTRY.decoders()
+    # ValidationError subclasses DecodeError, so it must be caught first.
+    first: msgspec.ValidationError | None = None
+    try:
+        ev: Event = one.decode(raw)
+    except msgspec.ValidationError as exc:
+        first = exc
+    except msgspec.DecodeError as exc:
+        return None, f"not JSON: {exc}"
+    # The envelope is checked even for a known event: Event gives it defaults
+    # (so users can build events without one), and a line without it would
+    # otherwise decode quietly.
+    try:
+        env = _envelope.decode(raw)
+    except msgspec.DecodeError as exc:
+        return None, f"bad envelope: {exc}"
+    if first is None:
+        return ev, None
+    if env.event in REGISTRY.tags():
+        return None, f"bad {env.event!r} event: {first}"
+    raw_obj = _generic.decode(raw)
+    fields = {k: v for k, v in raw_obj.items() if k not in _ENVELOPE_KEYS}
+    return UnknownEvent(
+        event=env.event, time=env.time, run_id=env.run_id, seq=env.seq, fields=fields
+    ), None
+
+
+def decode_line(raw: bytes) -> AnyEvent:
+    """One line to an event; ``ValueError`` naming the reason when it is not one."""
+    ev, reason = decode_one(raw)
+    if ev is None:
+        raise ValueError(reason)
+    return ev

@@ -1,0 +1,382 @@
+"""The one engine under both tracers: a run's state, from events to acknowledged bytes.
+
+A facade (``Tracer`` on an event loop, ``SyncTracer`` with a writer thread)
+collects stamped events and calls ``Engine.process`` with them in ``seq``
+order; the engine encodes and checks them once and hands the bytes to every
+sink's thread. What takes time (opening, flushing, closing) is written once,
+as steps that yield ``Wait``s; each facade drives the steps with its own way
+of waiting (``drive_blocking`` or ``drive_async``), so both tracers follow one
+state machine with one set of counts.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+
+from .._errors import SinkOpenError
+from .._internals import is_cancellation
+from .._schema.encoding import BatchEncoder
+from .._schema.events import Event, SinkTally, TraceClosed, TraceOpened
+from .._version import __version__
+from .config import TraceCounts, TracerConfig
+from .runner import Batch, FlushMark, SinkRunner, logger
+from .specs import SinkSpec, build_sinks
+
+__all__ = ["State", "Engine", "Wait", "drive_blocking", "drive_async", "logger"]
+
+_INF = math.inf
+# The share of the close deadline spent draining; the rest is for trace_closed
+# and closing the sinks.
+DRAIN_SHARE = 0.8
+T = TypeVar("T")
+
+
+class State(enum.Enum):
+    """A tracer's life: ``NEW`` -> ``OPENING`` -> ``OPEN`` -> ``CLOSING`` -> ``CLOSED``.
+
+    A closed tracer may open again, with a new run.
+    """
+
+    NEW = "new"
+    OPENING = "opening"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass
+class Wait:
+    """A step waits until ``ready()`` or ``deadline`` (``time.monotonic()``)."""
+
+    ready: Callable[[], bool]
+    deadline: float
+
+
+Steps = Generator[Wait, None, T]
+
+
+class Engine:
+    """One run: its identity, its sinks, and the counts ``trace_closed`` reports."""
+
+    def __init__(self, config: TracerConfig) -> None:
+        self.config = config
+        self.clock = config.clock
+        self.run_id = uuid.uuid4().hex
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.state = State.OPENING
+        self.runners: list[SinkRunner] = []
+        self.invalid = 0
+        self.handed = 0
+        self.written = 0
+        # Events the run itself lost before any sink saw them (full buffer,
+        # emitted while closing, a batch the writer could not process).
+        self.lost = 0
+        self.first_lost: float = _INF
+        self.final: TraceClosed | None = None
+        self._encoder = BatchEncoder()
+        self._written_lock = threading.Lock()
+        self._progress = threading.Condition()
+        self._warned_invalid = False
+        self._warned_broken = False
+
+    # --- counting -------------------------------------------------------------
+
+    def _add_written(self, n: int) -> None:
+        with self._written_lock:
+            self.written += n
+
+    def note_lost(self, n: int, first_seq: float) -> None:
+        """``n`` events from ``first_seq`` on were taken but never handed to the sinks."""
+        self.lost += n
+        if first_seq < self.first_lost:
+            self.first_lost = first_seq
+
+    def counts(self, emitted: int, outside_run: int = 0) -> TraceCounts:
+        """The counts so far; the final ones (``trace_closed``'s) once closed."""
+        if self.final is not None:
+            f = self.final
+            return TraceCounts(f.emitted, f.written, f.dropped, f.invalid, 0, outside_run)
+        written, invalid = self.written, self.invalid
+        dropped = self.lost
+        if not self.live_sinks:
+            # No sink can write what it was handed any more.
+            dropped += self.handed - written
+        pending = max(0, emitted - written - invalid - dropped)
+        return TraceCounts(emitted, written, dropped, invalid, pending, outside_run)
+
+    # --- the hot part: events to bytes to sinks --------------------------------
+
+    def process(self, events: Sequence[Event]) -> None:
+        """Encode ``events`` (in seq order) and hand them to every sink; never raises."""
+        if not events:
+            return
+        try:
+            run_id = self.run_id
+            for ev in events:
+                ev.run_id = run_id
+            data, bad = self._encoder.encode(events)
+        except Exception as exc:
+            # Nothing in one batch may stop the run: the batch counts as lost.
+            self.note_lost(len(events), min(ev.seq for ev in events))
+            if not self._warned_broken:
+                self._warned_broken = True
+                logger.error(
+                    "rollout_trace: a batch of %d events of run %s could not be encoded and "
+                    "is dropped (reported once; trace_closed counts them): %s: %s",
+                    len(events),
+                    self.run_id,
+                    type(exc).__name__,
+                    exc,
+                )
+            return
+        if bad:
+            self.invalid += len(bad)
+            if not self._warned_invalid:
+                self._warned_invalid = True
+                logger.warning(
+                    "rollout_trace: an event does not fit its schema and is counted as "
+                    "invalid, not written (reported once; trace_closed counts them all): %s",
+                    bad[0][1],
+                )
+        n = len(events) - len(bad)
+        if n:
+            self._hand(data, n, events[0].seq)
+
+    def _hand(self, data: bytes, n: int, first_seq: float) -> None:
+        self.handed += n
+        batch = Batch(n, first_seq, self._add_written)
+        now = time.monotonic()
+        for runner in self.runners:
+            runner.check_stall(now, self.config.close_timeout)
+            runner.hand(data, batch)
+
+    def hand_uncounted(self, event: Event) -> None:
+        """Write a lifecycle event, which the counts leave out."""
+        event.run_id = self.run_id
+        data, _ = self._encoder.encode([event])
+        batch = Batch(0, _INF, self._add_written)
+        for runner in self.runners:
+            runner.hand(data, batch)
+
+    def _notify(self) -> None:
+        with self._progress:
+            self._progress.notify_all()
+
+    def check_stalls(self) -> None:
+        now = time.monotonic()
+        for runner in self.runners:
+            runner.check_stall(now, self.config.close_timeout)
+
+    @property
+    def live_sinks(self) -> list[SinkRunner]:
+        return [r for r in self.runners if r.live]
+
+    # --- steps: open, flush, close ----------------------------------------------
+
+    def opening(self, specs: Sequence[SinkSpec]) -> Steps[None]:
+        """Build and open every sink, each in its thread, or none (``SinkOpenError``)."""
+        uris_sinks = build_sinks(specs, run_id=self.run_id, pid=self.pid, host=self.host)
+        # A sink may fall this far behind (its thread waits for the GIL while
+        # the program emits flat out) before it loses batches.
+        cap = 2 * max(self.config.buffer, self.config.batch_size)
+        self.runners = [SinkRunner(uri, sink, cap, self._notify) for uri, sink in uris_sinks]
+        started: list[SinkRunner] = []
+        try:
+            for runner in self.runners:
+                try:
+                    runner.start()
+                except RuntimeError as exc:  # no thread can be started (a limit, shutdown)
+                    raise SinkOpenError(runner.uri, f"cannot start its thread: {exc}") from exc
+                started.append(runner)
+            within = self.config.close_timeout
+            yield Wait(lambda: all(r.opened.is_set() for r in started), time.monotonic() + within)
+            for runner in started:
+                if not runner.opened.is_set():
+                    raise SinkOpenError(runner.uri, f"did not open within {within:g} s")
+                error = runner.open_error
+                if error is not None:
+                    reason = f"cannot open: {error}" if isinstance(error, OSError) else f"{error!r}"
+                    raise SinkOpenError(runner.uri, reason) from error
+        except BaseException:
+            # Nothing half-opened is left behind: the sinks that did open take
+            # back what they made (a folder, an empty file), within a second.
+            for runner in started:
+                runner.live = False
+                runner.discard()
+            deadline = time.monotonic() + 1.0
+            yield Wait(
+                lambda: all(r.ended.is_set() for r in started if r.opened.is_set()), deadline
+            )
+            self.state = State.CLOSED
+            raise
+        self.state = State.OPEN
+        self.hand_uncounted(
+            TraceOpened(
+                time=self.clock(),
+                seq=0,
+                sdk_version=__version__,
+                pid=self.pid,
+                host=self.host,
+                meta=dict(self.config.meta),
+            )
+        )
+
+    def flushing(self, boundary: int) -> Steps[bool]:
+        """Flush every live sink; ``True`` if every one wrote all before ``boundary``."""
+        live = self.live_sinks
+        mark = FlushMark(len(live))
+        for runner in live:
+            runner.mark(mark)
+
+        def ready() -> bool:
+            self.check_stalls()
+            return mark.done.is_set()
+
+        yield Wait(ready, _INF)
+        return self.flushed_all(mark, boundary)
+
+    def flushed_all(self, mark: FlushMark, boundary: int) -> bool:
+        """Whether ``mark`` found every event before ``boundary`` in every live sink."""
+        if mark.failed or not mark.done.is_set() or self.first_lost < boundary:
+            return False
+        live = self.live_sinks
+        return bool(live) and all(r.first_lost >= boundary for r in live)
+
+    def closing(self, next_seq: int, deadline: float) -> Steps[bool]:
+        """Let the sinks write what they hold, write ``trace_closed``, close them.
+
+        ``next_seq`` is the seq ``trace_closed`` takes: every seq below it was
+        emitted. Returns whether everything happened before ``deadline``.
+        """
+        self.state = State.CLOSING
+        now = time.monotonic()
+        drain_by = now + (deadline - now) * DRAIN_SHARE if deadline < _INF else _INF
+
+        def drained() -> bool:
+            self.check_stalls()
+            return all(r.idle for r in self.runners)
+
+        yield Wait(drained, drain_by)
+        for runner in self.runners:
+            if not runner.idle:
+                runner.fail("did not write what it held before the close deadline")
+        final = self.finalize(next_seq)
+        self.hand_uncounted(final)
+        for runner in self.runners:
+            runner.close()
+        yield Wait(lambda: all(r.ended.is_set() for r in self.runners), deadline)
+        self.state = State.CLOSED
+        stuck = [r.uri for r in self.runners if not r.ended.is_set()]
+        if stuck:
+            logger.warning(
+                "rollout_trace: closing run %s took longer than its deadline; sink %s "
+                "is left behind and may lack the end of the run and trace_closed",
+                self.run_id,
+                ", ".join(stuck),
+            )
+        return not stuck
+
+    def finalize(self, next_seq: int) -> TraceClosed:
+        """The run's ``trace_closed``; the first call fixes the counts for good.
+
+        A close that gives up at its deadline calls it first, and what the
+        writer still manages after that does not change what close reported.
+        """
+        if self.final is None:
+            emitted = next_seq - 1
+            self.final = TraceClosed(
+                time=self.clock(),
+                seq=next_seq,
+                emitted=emitted,
+                written=self.written,
+                dropped=emitted - self.written - self.invalid,
+                invalid=self.invalid,
+                sinks=[
+                    SinkTally(uri=r.uri, written=r.written, error=r.error) for r in self.runners
+                ],
+            )
+        return self.final
+
+    # --- waiting, two ways --------------------------------------------------------
+
+    def wait_blocking(self, wait: Wait, timeout: float | None = None) -> bool:
+        """Block until the wait is over; ``False`` if ``timeout`` came first."""
+        end = wait.deadline if timeout is None else min(wait.deadline, time.monotonic() + timeout)
+        with self._progress:
+            while not wait.ready():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return end == wait.deadline
+                # Woken by every acknowledgement; the slice bounds how late a
+                # hung sink is noticed.
+                self._progress.wait(min(left, 0.05))
+        return True
+
+    def wait_event(self, event: threading.Event, end: float) -> bool:
+        """Block until ``event`` is set or ``end``; hung sinks are noticed meanwhile."""
+        while True:
+            left = end - time.monotonic()
+            if event.wait(max(0.0, min(left, 0.05))):
+                return True
+            if left <= 0:
+                return False
+            self.check_stalls()
+
+    async def wait_async(self, wait: Wait, *, patient: bool) -> int:
+        """Poll until the wait is over, without waking while nothing is waited for.
+
+        ``patient``: native asyncio cancellations (``Task.cancel()``, which an
+        anyio shield does not stop) are taken and counted, not raised, so a
+        close that has begun ends; the caller raises them afterwards. Otherwise
+        a cancellation ends the wait at once (a flush bounded by its caller).
+        """
+        swallowed = 0
+        delay = 0.0005
+        while not wait.ready():
+            left = wait.deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                await anyio.sleep(min(delay, left))
+            except BaseException as exc:
+                if not (patient and is_cancellation(exc)):
+                    raise
+                swallowed += 1
+            delay = min(delay * 2, 0.02)
+        return swallowed
+
+
+def drive_blocking(engine: Engine, steps: Steps[T]) -> T:
+    """Run ``steps`` on this thread, blocking through each wait."""
+    try:
+        wait = next(steps)
+        while True:
+            engine.wait_blocking(wait)
+            wait = steps.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def drive_async(engine: Engine, steps: Steps[T], *, patient: bool) -> tuple[T, int]:
+    """Run ``steps`` on the event loop; returns their value and the native
+    cancellations taken while ``patient``."""
+    swallowed = 0
+    try:
+        wait = next(steps)
+        while True:
+            swallowed += await engine.wait_async(wait, patient=patient)
+            wait = steps.send(None)
+    except StopIteration as stop:
+        return stop.value, swallowed

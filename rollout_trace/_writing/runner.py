@@ -1,0 +1,240 @@
+"""One sink and the daemon thread that makes every one of its calls.
+
+Encoded batches arrive from the engine without waiting; the thread writes
+them in order and acknowledges each. Only what a sink acknowledged counts as
+written by it. A sink that fails is reported once and written to no more; one
+that falls behind by more than its share of the buffer loses batches (counted)
+rather than holding up the other sinks or the program.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sinks import Sink
+
+__all__ = ["Batch", "FlushMark", "SinkRunner", "logger"]
+
+logger = logging.getLogger("rollout_trace")
+_INF = math.inf
+
+
+class Batch:
+    """Encoded events handed to every sink at once; ``on_first_ack`` runs once,
+    when the first sink wrote it (what the run counts as written)."""
+
+    __slots__ = ("_acks", "first_seq", "n", "on_first_ack")
+
+    def __init__(self, n: int, first_seq: float, on_first_ack: Callable[[int], None]) -> None:
+        self.n = n
+        self.first_seq = first_seq
+        self.on_first_ack = on_first_ack
+        self._acks = itertools.count()
+
+    def ack(self) -> None:
+        if next(self._acks) == 0:  # atomic under the GIL: one thread wins
+            self.on_first_ack(self.n)
+
+
+class FlushMark:
+    """Done once every sink it was handed to has flushed, failed or been given up."""
+
+    __slots__ = ("_left", "_lock", "done", "failed")
+
+    def __init__(self, parties: int) -> None:
+        self._left = parties
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+        self.failed = parties == 0
+        if parties == 0:
+            self.done.set()
+
+    def arrive(self, ok: bool) -> None:
+        with self._lock:
+            if not ok:
+                self.failed = True
+            self._left -= 1
+            if self._left == 0:
+                self.done.set()
+
+
+_CLOSE = object()
+_DISCARD = object()
+
+
+class SinkRunner:
+    """A sink and its thread: ``hand()`` and ``mark()`` never block."""
+
+    def __init__(self, uri: str, sink: Sink, cap: int, on_progress: Callable[[], None]) -> None:
+        self.uri = uri
+        self.sink = sink
+        self.cap = cap  # events this sink may have queued before it loses batches
+        self._on_progress = on_progress
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.live = False
+        self.error: str | None = None
+        self.written = 0  # events this sink acknowledged
+        self.lost = 0  # events handed to the run that this sink did not write
+        self.first_lost: float = _INF  # the lowest seq among them
+        self._handed = 0  # events handed (engine's thread only)
+        self._done = 0  # events finished, written or not (this sink's thread only)
+        self._marks: list[FlushMark] = []
+        self.busy_since: float | None = None
+        self.open_error: BaseException | None = None
+        self.opened = threading.Event()
+        self.ended = threading.Event()
+        self._warned_behind = False
+        self._thread = threading.Thread(
+            target=self._main, name=f"rollout_trace sink {uri}", daemon=True
+        )
+
+    # --- the engine's side ----------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread, which opens the sink (raises if no thread can start)."""
+        self._thread.start()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing handed is still waiting to be written."""
+        return self._handed == self._done or not self.live
+
+    def hand(self, data: bytes, batch: Batch) -> None:
+        if not self.live:
+            self._lose(batch.n, batch.first_seq)
+            return
+        if self._handed - self._done + batch.n > self.cap and self._handed != self._done:
+            if not self._warned_behind:
+                self._warned_behind = True
+                logger.warning(
+                    "rollout_trace: sink %s is more than %d events behind; it loses batches "
+                    "until it catches up (reported once; the other sinks are not held up)",
+                    self.uri,
+                    self.cap,
+                )
+            self._lose(batch.n, batch.first_seq)
+            return
+        self._handed += batch.n
+        self._calls.put((data, batch))
+
+    def mark(self, mark: FlushMark) -> None:
+        if not self.live:
+            mark.arrive(False)
+            return
+        with self._lock:
+            self._marks.append(mark)
+        self._calls.put(mark)
+
+    def close(self) -> None:
+        self._calls.put(_CLOSE)
+
+    def discard(self) -> None:
+        self._calls.put(_DISCARD)
+
+    def check_stall(self, now: float, limit: float) -> None:
+        """Give the sink up if one call has taken longer than ``limit`` seconds."""
+        since = self.busy_since
+        if since is not None and now - since > limit and self.live:
+            self.fail(f"one call took longer than {limit:g} s (a hung mount, a pipe nobody reads)")
+
+    def fail(self, reason: str) -> None:
+        """Stop using the sink; what it had queued counts as lost by it."""
+        with self._lock:
+            if not self.live:
+                return
+            self.live = False
+            self.error = reason
+            marks, self._marks = self._marks, []
+        logger.warning(
+            "rollout_trace: sink %s is stopped (the other sinks go on): %s", self.uri, reason
+        )
+        for mark in marks:
+            mark.arrive(False)
+        self._on_progress()
+
+    def _lose(self, n: int, first_seq: float) -> None:
+        with self._lock:
+            self.lost += n
+            self.first_lost = min(self.first_lost, first_seq)
+
+    # --- the sink's thread ----------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self.busy_since = time.monotonic()
+            self.sink.open()
+        except BaseException as exc:  # a sink may raise anything; the tracer reports it
+            self.open_error = exc
+            self.busy_since = None
+            self.opened.set()
+            self.ended.set()
+            self._on_progress()
+            return
+        self.busy_since = None
+        self.live = True
+        self.opened.set()
+        self._on_progress()
+        try:
+            self._serve()
+        finally:
+            self.ended.set()
+            self._on_progress()
+
+    def _serve(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is _CLOSE or call is _DISCARD:
+                self._end(call is _DISCARD)
+                return
+            if isinstance(call, FlushMark):
+                with self._lock:
+                    ours = call in self._marks
+                    if ours:
+                        self._marks.remove(call)
+                if ours:  # else fail() already counted it
+                    ok = self._call(self.sink.flush, "flush")
+                    call.arrive(ok)
+                    self._on_progress()
+                continue
+            data, batch = call
+            ok = self.live and self._call(self.sink.write, "write", data)
+            with self._lock:
+                if ok and self.live:
+                    self.written += batch.n
+                else:
+                    self.lost += batch.n
+                    self.first_lost = min(self.first_lost, batch.first_seq)
+                    ok = False
+            self._done += batch.n
+            if ok:
+                batch.ack()
+            self._on_progress()
+
+    def _call(self, method: Callable[..., None], action: str, *args: Any) -> bool:
+        if not self.live:
+            return False
+        self.busy_since = time.monotonic()
+        try:
+            method(*args)
+        except BaseException as exc:  # CancelledError or SystemExit from a plugin too
+            self.fail(f"failed to {action}: {type(exc).__name__}: {exc}")
+            return False
+        finally:
+            self.busy_since = None
+        return True
+
+    def _end(self, discard: bool) -> None:
+        try:
+            (self.sink.discard if discard else self.sink.close)()
+        except BaseException as exc:
+            if self.live:
+                self.fail(f"failed to close: {type(exc).__name__}: {exc}")
+        self.live = False

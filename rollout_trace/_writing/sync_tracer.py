@@ -1,0 +1,607 @@
+"""The sync tracer: ``emit`` from any thread, one writer thread per run.
+
+The writer thread puts the events of all threads back in ``seq`` order and
+drives the same engine as the async tracer; the sinks write on threads of
+their own, so a hung sink holds up neither the writer nor the other sinks.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from itertools import repeat, starmap
+from operator import attrgetter
+from types import TracebackType
+from typing import Any
+
+from sinks import Sink
+
+from .._errors import SinkOpenError
+from .._internals import peek_count
+from .._schema.events import Event
+from .._schema.registry import REGISTRY
+from . import hooks
+from .config import (
+    DEFAULT_BATCH,
+    DEFAULT_BUFFER,
+    DEFAULT_CLOSE_TIMEOUT,
+    DEFAULT_FLUSH_INTERVAL,
+    TraceCounts,
+    TracerConfig,
+    noop_emit,
+)
+from .emitting import EmitReport, frozen_event, not_an_event
+from .engine import Engine, State, drive_blocking, logger
+from .runner import FlushMark
+
+__all__ = ["SyncTracer", "sync_tracer"]
+
+_seq_of = attrgetter("seq")
+# How long the writer holds events back behind a seq that another thread has
+# taken but not yet queued (it was preempted in between): long enough for
+# that thread to get the GIL back (a few switch intervals of 5 ms).
+_HOLD = 0.1
+
+
+class _QueueMark:
+    """Travels through the event queue. ``reached`` is set when the writer
+    gets to it, or when the writer ends first (then ``mark`` stays ``None``)."""
+
+    __slots__ = ("boundary", "deadline", "mark", "reached")
+
+    def __init__(self, boundary: int, deadline: float = math.inf) -> None:
+        self.boundary = boundary
+        self.deadline = deadline
+        self.mark: FlushMark | None = None
+        self.reached = threading.Event()
+
+
+class _CloseMark(_QueueMark):
+    __slots__ = ()
+
+
+class _SeqOrder:
+    """Puts the events of many threads back in seq order before they are written.
+
+    A thread takes its seq and then appends; another thread may append many
+    events in between. Events past a missing seq wait (at most ``_HOLD``
+    seconds, or ``limit`` events) for it to arrive, so every line lands within
+    about a batch of its place. Seqs that were dropped are known missing.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.next = 1
+        self.held: list[Event] = []
+        self.held_since = 0.0
+        self.limit = limit
+        self.missing: set[int] = set()
+
+    def take(self, events: list[Event], *, force: bool = False) -> list[Event]:
+        pool = self.held + events if self.held else events
+        if not pool:
+            return pool
+        pool.sort(key=_seq_of)
+        expected = self.next
+        last = pool[-1].seq
+        if not self.missing and pool[0].seq == expected and last - expected + 1 == len(pool):
+            self.held = []
+            self.next = last + 1
+            return pool  # one thread, or no gap: all of it, in order
+        missing = self.missing
+        i = 0
+        for ev in pool:
+            seq = ev.seq
+            while seq > expected and expected in missing:
+                missing.discard(expected)
+                expected += 1
+            if seq > expected:
+                break
+            expected = max(expected, seq + 1)
+            i += 1
+        now = time.monotonic()
+        rest = pool[i:]
+        if rest and not self.held:
+            self.held_since = now
+        if rest and (force or len(rest) > self.limit or now - self.held_since > _HOLD):
+            i = len(pool)
+            expected = max(expected, last + 1)
+            rest = []
+        self.held = rest
+        self.next = expected
+        # Seqs below the next expected one cannot arrive any more.
+        if missing:
+            self.missing = {s for s in missing if s >= expected}
+        return pool[:i]
+
+
+class SyncTracer:
+    """A tracer for threads and sync code; build it with ``rt.sync_tracer()``.
+
+    ``emit(event)`` may be called from any thread at once: it stamps the
+    envelope and appends to a deque (no lock), waking the writer thread when
+    a batch starts or fills. It never blocks and never raises for I/O trouble.
+    """
+
+    emit: Callable[[Event], None]
+    run_id: str | None
+    # The state of the open run, set in _start().
+    _engine: Engine
+    _pid: int
+    _queue: deque[Event | _QueueMark]
+    _marks: list[_QueueMark]
+    _dropped: deque[int]
+    _seq: itertools.count[int]
+    _set_limit: Callable[[int], None]
+    _final_seq: float
+    _wake_flag: threading.Event
+    _opened: threading.Event
+    _open_error: BaseException | None
+    _thread: threading.Thread
+    _order: _SeqOrder
+
+    def __init__(self, config: TracerConfig) -> None:
+        self._config = config
+        self._specs = config.specs()
+        self._state = State.NEW
+        self._sinks: list[Sink] = []
+        self._report = EmitReport()
+        self.run_id = None
+        if not config.enabled:
+            self.emit = noop_emit
+            return
+        self._lock = threading.RLock()
+        hooks.track_enabled(self)
+        # Not opened yet: open() or `with` opens and raises what goes wrong;
+        # otherwise the first emit opens it (a tracer handed to another
+        # process opens there, with a run of its own).
+        self.emit = self._emit_lazy
+
+    # --- configuration, pickling --------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._config.enabled
+
+    @property
+    def uris(self) -> tuple[str, ...]:
+        return self._config.uris
+
+    @property
+    def state(self) -> str:
+        """``new``, ``opening``, ``open``, ``closing`` or ``closed``."""
+        return self._state.value
+
+    @property
+    def sinks(self) -> list[Sink]:
+        """The sinks of the open or last run (``t.sinks[0].lines()`` of a ``memory://``)."""
+        return list(self._sinks)
+
+    @property
+    def counts(self) -> TraceCounts:
+        """This run's counts so far, as ``trace_closed`` gives them (zeros before the open)."""
+        outside = self._report.outside_run
+        if self._state in (State.NEW, State.OPENING) or not hasattr(self, "_engine"):
+            return TraceCounts(outside_run=outside)
+        emitted = peek_count(self._seq) - 1
+        if self._state is not State.OPEN:
+            emitted = min(emitted, int(self._final_seq) - 1)
+        return self._engine.counts(emitted, outside)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A tracer travels as its configuration and opens lazily where it lands,
+        # with a run_id of its own.
+        return (SyncTracer, (self._config,))
+
+    def __repr__(self) -> str:
+        uris = ", ".join(self._config.uris) or "disabled"
+        return f"<rollout_trace.SyncTracer {self.state} run_id={self.run_id} sinks=[{uris}]>"
+
+    def open(self) -> SyncTracer:
+        """Open the sinks and start the writer thread now; raise if a sink cannot open.
+
+        ``with`` calls it; without it, the first ``emit`` opens the tracer and
+        an error is logged once instead. Opening an open tracer does nothing;
+        opening a closed one starts a new run.
+        """
+        if not self._config.enabled:
+            return self
+        with self._lock:
+            if self._state not in (State.NEW, State.CLOSED):
+                return self
+            self._start(wait=True)
+        # Not under the lock: the writer thread may need it to say it failed.
+        if self._open_error is None and not self._opened.wait(self._config.close_timeout * 2 + 1):
+            # The sinks open on the writer thread, each within close_timeout.
+            self._fail_open(SinkOpenError(", ".join(self._config.uris), "did not open in time"))
+        if self._open_error is not None:
+            raise self._open_error
+        return self
+
+    def __enter__(self) -> SyncTracer:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- emit ---------------------------------------------------------------
+
+    def _make_emit(self) -> tuple[Callable[[Event], None], Callable[[int], None]]:
+        # Its twin is async_tracer.Tracer._make_emit: the stamping is written
+        # out in both, as a shared helper would cost each emit a call. No
+        # lock: deque.append and next() on a count are atomic.
+        queue = self._queue
+        append = queue.append
+        next_seq = self._seq.__next__
+        on_full = self._on_full
+        batch_size = self._config.batch_size
+        wake = self._wake
+        types = REGISTRY.emit_types
+        now = self._config.clock
+        copy_event = copy.copy
+        # Closing sets it to 0, so that every later emit (even through an old
+        # reference) is counted by on_full.
+        limit = self._config.buffer
+
+        def emit(ev: Event) -> None:
+            urgent = types.get(type(ev))
+            if urgent is None:
+                raise not_an_event(ev)
+            if ev.seq >= 0:
+                # Emitted before: the queued object keeps its own envelope.
+                ev = copy_event(ev)
+            try:
+                ev.time = now()
+                ev.seq = next_seq()
+            except AttributeError:
+                raise frozen_event(ev) from None
+            n = len(queue)
+            if n >= limit:
+                on_full(ev.seq)
+                return
+            append(ev)
+            if n == 0 or n == batch_size or urgent:
+                wake(urgent)
+
+        def set_limit(value: int) -> None:
+            nonlocal limit
+            limit = value
+
+        return emit, set_limit
+
+    def _on_full(self, seq: int) -> None:
+        if self._state is State.OPEN:
+            # Dropped; its seq is the run's, so trace_closed counts it.
+            self._dropped.append(seq)
+            self._report.full(self._config.buffer, self.run_id)
+        elif seq < self._final_seq:
+            self._dropped.append(seq)  # raced the close: still the run's
+        else:
+            self._report.not_open(closed=True)
+
+    def _emit_lazy(self, ev: Event) -> None:
+        if REGISTRY.emit_types.get(type(ev)) is None:
+            raise not_an_event(ev)
+        if self._state is State.NEW:
+            with self._lock:
+                if self._state is State.NEW:
+                    self._start(wait=False)
+        # A caller may hold this method from before the open: hand on to the
+        # open run's emit, or count it once the tracer is closed.
+        if self._state is State.OPEN:
+            self.emit(ev)
+        else:
+            self._report.not_open(closed=True)
+
+    def _forked(self) -> bool:
+        """In a child forked by something that runs no fork hooks: start over here.
+
+        Checked once per batch, at flush and at close rather than at every
+        emit: ``os.getpid()`` is a system call (about 260 ns on these VMs).
+        """
+        if self._state in (State.OPEN, State.CLOSING) and os.getpid() != self._pid:
+            self.after_fork()
+            return True
+        return False
+
+    def _wake(self, urgent: bool = False) -> None:
+        if urgent:
+            self._urgent = True
+        if self._wake_flag.is_set() or self._forked():
+            return
+        self._wake_flag.set()
+
+    # --- lifecycle ----------------------------------------------------------
+
+    def _start(self, *, wait: bool) -> None:
+        engine = Engine(self._config)
+        self._engine = engine
+        self._pid = engine.pid
+        self._queue = deque()
+        self._marks = []
+        self._dropped = deque()
+        self._seq = itertools.count(1)
+        self._final_seq = math.inf
+        self._wake_flag = threading.Event()
+        self._urgent = False
+        self._opened = threading.Event()
+        self._open_error = None
+        self._order = _SeqOrder(self._config.buffer)
+        self._report.new_run()
+        self.run_id = engine.run_id
+        self.emit, self._set_limit = self._make_emit()
+        self._state = State.OPEN
+        thread = threading.Thread(
+            target=self._writer,
+            args=(wait,),
+            name=f"rollout_trace writer {engine.run_id[:8]}",
+            daemon=True,
+        )
+        self._thread = thread
+        try:
+            thread.start()
+        except RuntimeError as exc:  # a thread limit, or the interpreter shutting down
+            uris = ", ".join(self._config.uris)
+            self._fail_open(SinkOpenError(uris, f"cannot start the writer thread: {exc}"))
+            if not wait:
+                # Opened lazily: nobody waits to hear it, so say it once.
+                logger.warning("rollout_trace: tracing is off for this process: %s", exc)
+            return
+        hooks.track(self)
+
+    def _fail_open(self, exc: BaseException) -> None:
+        """The run never opened: emit counts quietly, flush and close return at once."""
+        with self._lock:
+            if self._open_error is not None:
+                return
+            self._open_error = exc
+            self._state = State.CLOSED
+            self._final_seq = 0
+            self._set_limit(0)
+            self.emit = self._emit_lazy
+        hooks.untrack(self)
+        self._release_marks()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every event emitted before the call, from any thread, is written.
+
+        Returns ``True`` only if every live sink wrote every one of them;
+        ``False`` if ``timeout`` passed first, an event was dropped, a sink
+        failed or the run closed. A hung sink is given up after
+        ``close_timeout``, so even ``timeout=None`` returns. At once for a
+        tracer that is not open.
+        """
+        if self._forked() or self._state is not State.OPEN:
+            return self._settled()
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        mark = _QueueMark(peek_count(self._seq))
+        self._enqueue(mark)
+        engine = self._engine
+        if not engine.wait_event(mark.reached, end) or mark.mark is None:
+            return False  # out of time, or the writer ended first
+        engine.wait_event(mark.mark.done, end)
+        return engine.flushed_all(mark.mark, mark.boundary)
+
+    def _settled(self) -> bool:
+        if not self._config.enabled:
+            return True
+        if self._report.outside_run:
+            return False
+        if self._state is State.NEW:
+            return True
+        final = self._engine.final
+        return final is not None and final.dropped == 0 and self._open_error is None
+
+    def close(self, timeout: float | None = None) -> None:
+        """Write what is queued and ``trace_closed``, close the sinks; idempotent.
+
+        One deadline (``timeout``, default the tracer's ``close_timeout``)
+        covers the drain and the sinks' close; what is not written by then is
+        counted as dropped, and the threads are left to end on their own.
+        """
+        mark = self.begin_close(timeout)
+        if mark is not None:
+            self.finish_close(mark)
+
+    def begin_close(self, timeout: float | None) -> _CloseMark | None:
+        if not self._config.enabled:
+            return None
+        with self._lock:
+            self._forked()
+            if self._state is not State.OPEN:
+                return None
+            self._state = State.CLOSING
+            # Every seq below this one was emitted in the run; later emits
+            # belong to no run.
+            self._final_seq = next(self._seq)
+            self._set_limit(0)
+            limit = self._config.close_timeout if timeout is None else timeout
+            mark = _CloseMark(int(self._final_seq), time.monotonic() + limit)
+            self._enqueue(mark)
+            return mark
+
+    def finish_close(self, mark: _CloseMark) -> None:
+        engine = self._engine
+        if not engine.wait_event(mark.reached, mark.deadline):
+            engine.finalize(mark.boundary)
+            logger.warning(
+                "rollout_trace: closing run %s took longer than its deadline; what was not "
+                "written by then is lost and trace_closed may be missing",
+                self.run_id,
+            )
+        with self._lock:
+            if self._state is State.CLOSING:
+                self._state = State.CLOSED
+                self.emit = self._emit_lazy
+                hooks.untrack(self)
+        self._release_marks()
+
+    close_blocking = close
+
+    def _enqueue(self, mark: _QueueMark) -> None:
+        with self._lock:
+            self._marks.append(mark)
+        self._queue.append(mark)
+        self._wake_flag.set()
+        if not self._thread.is_alive() and self._thread.ident is not None:
+            self._release_marks()
+
+    def _release_marks(self) -> None:
+        # The writer has ended: nobody waiting on a flush or close may wait in vain.
+        with self._lock:
+            marks, self._marks = self._marks, []
+        for mark in marks:
+            mark.reached.set()
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's run; open a new one on the first emit."""
+        # Another thread of the parent may have held the lock at the fork (it
+        # was opening this tracer): in the child nobody would ever release it.
+        self._lock = threading.RLock()
+        if self._state in (State.NEW, State.CLOSED):
+            return
+        # The parent's queue, threads and sinks are left untouched: closing
+        # them here could write the parent's data a second time.
+        self._state = State.NEW
+        self.run_id = None
+        self.emit = self._emit_lazy
+
+    # --- the writer thread --------------------------------------------------
+
+    def _writer(self, waited: bool) -> None:
+        engine = self._engine
+        try:
+            drive_blocking(engine, engine.opening(self._specs))
+        except BaseException as exc:
+            self._fail_open(exc)
+            self._opened.set()
+            if not waited:
+                logger.warning("rollout_trace: tracing is off for this process: %s", exc)
+            return
+        self._sinks = [r.sink for r in engine.runners]
+        self._opened.set()
+        try:
+            close = self._serve()
+            self._close_run(close)
+        except BaseException as exc:  # never let the writer thread print a traceback
+            logger.error("rollout_trace: the writer thread of run %s failed: %r", self.run_id, exc)
+        finally:
+            self._release_marks()
+
+    def _serve(self) -> _CloseMark:
+        """Write batches as they start, fill or wait ``flush_interval``, up to the close mark."""
+        interval = self._config.flush_interval
+        wake = self._wake_flag
+        queue = self._queue
+        while True:
+            # Idle (nothing queued or held back): sleep until an emit wakes us.
+            timeout = interval if (queue or self._order.held) else None
+            wake.wait(timeout)
+            wake.clear()
+            if (
+                0 < len(queue) < self._config.batch_size
+                and not (self._order.held or self._urgent or self._marks)
+            ):
+                # A batch has started: give it the flush interval to fill up,
+                # unless it fills, an urgent event comes or a mark waits (a wake).
+                wake.wait(interval)
+                wake.clear()
+            self._urgent = False
+            close = self._drain()
+            if close is not None:
+                return close
+
+    def _fold_dropped(self) -> None:
+        dropped = self._dropped
+        if not dropped:
+            return
+        seqs = list(starmap(dropped.popleft, repeat((), len(dropped))))
+        self._engine.note_lost(len(seqs), min(seqs))
+        self._order.missing.update(seqs)
+
+    def _drain(self) -> _CloseMark | None:
+        """Write everything queued; handle marks in order. Returns the close mark."""
+        queue = self._queue
+        pop = queue.popleft
+        engine = self._engine
+        while queue:
+            # starmap runs popleft in C: a third of the cost of a comprehension.
+            items: list[Any] = list(starmap(pop, repeat((), len(queue))))
+            self._fold_dropped()
+            start = 0
+            for i, item in enumerate(items) if self._marks else ():
+                if not isinstance(item, _QueueMark):
+                    continue
+                engine.process(self._order.take(items[start:i], force=True))
+                start = i + 1
+                if isinstance(item, _CloseMark):
+                    self._late(items[start:])
+                    return item
+                item.mark = engine_mark = FlushMark(len(engine.live_sinks))
+                for runner in engine.live_sinks:
+                    runner.mark(engine_mark)
+                item.reached.set()
+                with self._lock:
+                    if item in self._marks:
+                        self._marks.remove(item)
+            engine.process(self._order.take(items[start:]))
+        engine.process(self._order.take([]))
+        return None
+
+    def _late(self, items: list[Any]) -> None:
+        """Events queued behind the close mark: the run's but never written."""
+        items += list(starmap(self._queue.popleft, repeat((), len(self._queue))))
+        self._fold_dropped()
+        late = [ev.seq for ev in items if isinstance(ev, Event) and ev.seq < self._final_seq]
+        if late:
+            self._engine.note_lost(len(late), min(late))
+        for item in items:
+            if isinstance(item, _QueueMark):
+                item.reached.set()
+
+    def _close_run(self, mark: _CloseMark) -> None:
+        engine = self._engine
+        drive_blocking(engine, engine.closing(mark.boundary, mark.deadline))
+        mark.reached.set()
+
+
+def sync_tracer(
+    *uris: str,
+    enabled: bool = True,
+    meta: Mapping[str, Any] | None = None,
+    buffer: int = DEFAULT_BUFFER,
+    batch_size: int = DEFAULT_BATCH,
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+    clock: Callable[[], float] = time.time,
+) -> SyncTracer:
+    """A tracer for threads, sync code and Ray actors, with one writer thread.
+
+    Opened by ``with`` or ``open()`` (a sink that cannot be opened raises
+    there) or else by its first ``emit``; closed by ``close()``, by leaving
+    the ``with`` block, at interpreter exit or on SIGTERM. The arguments are
+    those of ``rt.tracer()``. A disabled tracer holds no thread, queue or
+    lock, and pickles; an enabled one pickles as its configuration and opens
+    a new run on its first emit in the process that unpickles it.
+    """
+    config = TracerConfig.make(
+        uris,
+        enabled=enabled,
+        meta=meta,
+        buffer=buffer,
+        batch_size=batch_size,
+        flush_interval=flush_interval,
+        close_timeout=close_timeout,
+        clock=clock,
+    )
+    return SyncTracer(config)
