@@ -130,6 +130,6 @@ def lean_list_decoder() -> msgspec.json.Decoder[Any]:
 
 
 def _build_lean_list_decoder() -> msgspec.json.Decoder[Any]:
-    types = tuple(LEAN.get(tag, cls) for tag, cls in event_types().items())
+    types = tuple(LEAN.get(tag, cls) for tag, cls in REGISTRY.decodable_types().items())
     union: Any = Union[types]  # noqa: UP007
     return msgspec.json.Decoder(list[union])

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pickle
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,11 @@ import pytest
 from samples import ROLLOUT_SAMPLES
 
 import rollout_trace as rt
+from rollout_trace import _analysis, _decoding, _events, _timeline_model
 from rollout_trace._decoding import decode_line
+from rollout_trace._schema import decoding as schema_decoding
+from rollout_trace._schema.events import SinkTally
+from rollout_trace._schema.registry import REGISTRY
 
 # SPEC sections 2 and 3, field by field: (event, class, {field: type}).
 SCHEMA: list[tuple[str, type[rt.Event], dict[str, Any]]] = [
@@ -22,7 +28,8 @@ SCHEMA: list[tuple[str, type[rt.Event], dict[str, Any]]] = [
     (
         "trace_closed",
         rt.TraceClosed,
-        {"emitted": int, "written": int, "dropped": int, "invalid": int},
+        # `sinks`: an optional field added to schema 1, as SPEC allows.
+        {"emitted": int, "written": int, "dropped": int, "invalid": int, "sinks": list[SinkTally]},
     ),
     (
         "group_reserved",
@@ -191,3 +198,183 @@ def test_numpy_values_are_encoded_through_orjson(
         t.emit(Sampled(value=value, array=array))
     line = msgspec.json.decode(path.read_bytes().splitlines()[1])
     assert {k: line[k] for k in expected} == expected
+
+
+# --- one registry: tags that clash, classes defined again ------------------------
+
+
+def _define(module_name: str, source: str) -> types.ModuleType:
+    """Run ``source`` as the body of a fresh module named ``module_name``."""
+    module = types.ModuleType(module_name)
+    source = "import rollout_trace as rt\nfrom typing import Any, ClassVar\n" + source
+    # dont_inherit: not this file's `from __future__ import annotations`, whose
+    # string annotations msgspec would look up in a module that is not imported.
+    exec(compile(source, module_name, "exec", dont_inherit=True), vars(module))
+    return module
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "tag", "holder", "refused"),
+    [
+        # The same class name in two modules: both default to one tag.
+        (
+            ("clash_a", "class Clash(rt.Event):\n    x: int\n"),
+            ("clash_b", "class Clash(rt.Event):\n    y: str\n"),
+            "clash",
+            "clash_a.Clash",
+            "clash_b.Clash",
+        ),
+        # A user's class named like a built-in event.
+        (
+            None,
+            ("user_steps", "class StepTrained(rt.Event):\n    step: int\n"),
+            "step_trained",
+            "rollout_trace.StepTrained",
+            "user_steps.StepTrained",
+        ),
+        # A class whose name differs but snake-cases to a tag already taken.
+        (
+            ("gpu_a", "class GpuSampled(rt.Event):\n    x: int\n"),
+            ("gpu_b", "class GPUSampled(rt.Event):\n    x: int\n"),
+            "gpu_sampled",
+            "gpu_a.GpuSampled",
+            "gpu_b.GPUSampled",
+        ),
+    ],
+    ids=["same-name-two-modules", "named-like-a-built-in", "same-snake-case"],
+)
+def test_a_second_class_with_a_tag_is_refused_at_definition(
+    first: tuple[str, str] | None,
+    second: tuple[str, str],
+    tag: str,
+    holder: str,
+    refused: str,
+) -> None:
+    if first is not None:
+        _define(*first)
+    before = rt.event_types()
+    with pytest.raises(rt.EventTagError) as info:
+        _define(*second)
+    message = str(info.value)
+    assert f"'{tag}'" in message and holder in message and refused in message
+    assert 'tag="' in message  # says how to fix it
+    assert isinstance(info.value, rt.RolloutTraceError) and isinstance(info.value, TypeError)
+    assert info.value.tag == tag
+    # The refused class left nothing behind: not emittable, not decoded into.
+    assert not [c for c in REGISTRY.emit_types if f"{c.__module__}.{c.__qualname__}" == refused]
+    assert rt.event_types()[tag] is before[tag]
+    assert type(decode_line(msgspec.json.encode(_sample_of(before[tag])))) is before[tag]
+
+
+def _sample_of(cls: type[rt.Event]) -> rt.Event:
+    for ev in ROLLOUT_SAMPLES:
+        if type(ev) is cls:
+            return msgspec.structs.replace(ev, time=1.0, run_id="r" * 32, seq=1)
+    return cls(x=1, time=1.0, run_id="r" * 32, seq=1)  # type: ignore[call-arg]
+
+
+def test_an_explicit_tag_that_is_taken_is_refused_at_the_next_lookup() -> None:
+    # msgspec sets an explicit tag after every hook of ours has run, so the
+    # clash shows when a tag is next looked up, not in the class statement.
+    module = _define("late_clash", "class Mine(rt.Event, tag='weights_synced'):\n    x: int\n")
+    with pytest.raises(rt.EventTagError, match=r"late_clash\.Mine.*rollout_trace\.WeightsSynced"):
+        rt.event_types()
+    assert module.Mine not in REGISTRY.emit_types
+    assert rt.event_types()["weights_synced"] is rt.WeightsSynced
+
+
+def test_a_class_defined_again_replaces_the_old_one() -> None:
+    # A module reloaded or a notebook cell run twice: same module, same qualname.
+    source = "class Redefined(rt.Event):\n    x: int\n"
+    old = _define("redefining", source).Redefined
+    new = _define("redefining", source).Redefined
+    line = msgspec.json.encode(new(x=1, time=1.0, run_id="r", seq=0))
+    assert new is not old
+    assert rt.event_types()["redefined"] is new
+    assert type(decode_line(line)) is new
+    # Objects made from the old class can still be emitted.
+    assert REGISTRY.emit_types[old] is False and REGISTRY.emit_types[new] is False
+    # ... and a definition that changes the tag frees the old one.
+    newer = _define("redefining", "class Redefined(rt.Event, tag='redefined_2'):\n    x: int\n")
+    types_now = rt.event_types()
+    assert types_now["redefined_2"] is newer.Redefined and "redefined" not in types_now
+
+
+# --- urgent events -----------------------------------------------------------------
+
+URGENT = {
+    rt.SnapshotPublished,
+    rt.TrainerCheckpointPublished,
+    rt.RestoreStarted,
+    rt.RestoreFinished,
+    rt.StepTrained,
+}
+
+
+@pytest.mark.parametrize(("tag", "cls", "fields"), SCHEMA, ids=[row[0] for row in SCHEMA])
+def test_urgent_flags_of_the_built_in_events(
+    tag: str, cls: type[rt.Event], fields: dict[str, Any]
+) -> None:
+    expected = cls in URGENT  # the five events a crash must not lose
+    assert cls.urgent is expected
+    assert REGISTRY.emit_types[cls] is expected
+    assert "urgent" not in cls.__struct_fields__
+
+
+def test_a_user_event_marks_itself_urgent_with_a_class_variable() -> None:
+    module = _define(
+        "urgent_user",
+        "class Preempted(rt.Event):\n"
+        "    urgent: ClassVar[bool] = True\n"
+        "    limit: ClassVar[int] = 3\n"  # any class variable stays off the wire
+        "    node: str\n"
+        "class Later(Preempted, tag='preempted_later'):\n"  # inherited
+        "    pass\n",
+    )
+    cls = module.Preempted
+    assert cls.urgent is True and REGISTRY.emit_types[cls] is True
+    assert REGISTRY.emit_types[module.Later] is True
+    assert set(cls.__struct_fields__) == {"node", "time", "run_id", "seq"}
+    wire = msgspec.json.decode(msgspec.json.encode(cls(node="n1")))
+    assert set(wire) == {"event", "node", "time", "run_id", "seq"}
+    back = decode_line(msgspec.json.encode(cls(node="n1", time=1.0, run_id="r", seq=0)))
+    assert type(back) is cls and msgspec.structs.asdict(back)["node"] == "n1"
+
+
+def test_urgent_declared_as_a_field_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"ClassVar\[bool\] = True"):
+        _define("urgent_field", "class Loud(rt.Event):\n    urgent: bool = True\n")
+    assert "loud" not in rt.event_types()
+
+
+# --- one public home ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [rt.Event, *(cls for _, cls, _ in SCHEMA), rt.UnknownEvent, rt.EventTagError],
+    ids=lambda cls: cls.__name__,
+)
+def test_public_classes_live_in_rollout_trace(cls: type[Any]) -> None:
+    assert cls.__module__ == "rollout_trace"
+    assert getattr(rt, cls.__name__) is cls and cls.__name__ in rt.__all__
+    if issubclass(cls, msgspec.Struct):
+        msgspec.inspect.type_info(cls)  # its annotations still resolve
+
+
+@pytest.mark.parametrize("ev", ROLLOUT_SAMPLES, ids=lambda ev: type(ev).__name__)
+def test_events_pickle_and_round_trip(ev: rt.Event) -> None:
+    assert pickle.loads(pickle.dumps(ev)) == ev
+    assert msgspec.json.Decoder(type(ev)).decode(msgspec.json.encode(ev)) == ev
+
+
+def test_the_old_modules_share_the_one_registry() -> None:
+    assert _events._EVENT_TYPES is REGISTRY.emit_types
+    assert rt.AttemptDispatched in _events._EVENT_TYPES
+    version = _events._registry_version[0]
+    _define("bump_version", "class Bumped(rt.Event):\n    x: int\n")
+    rt.event_types()
+    assert _events._registry_version[0] > version
+    # AnyEvent is defined once; the modules that use it import that one.
+    for module in (_analysis, _timeline_model, _decoding):
+        assert vars(module)["AnyEvent"] is schema_decoding.AnyEvent

@@ -8,8 +8,8 @@ infinity as ``null``. A line its own class would refuse to read back, or a
 - a fast check per class, generated once from ``msgspec.inspect.type_info``:
   exact types (``type(v) is int``), finite floats, literal sets, and a walk of
   ``Any`` and ``dict`` values for non-finite floats. Passing it is enough to be
-  valid; failing it proves nothing (a numpy int in an int field fails it and is
-  fine);
+  valid; failing it proves nothing (a str subclass in a str field, a numpy
+  array in an ``Any`` field fail it and are fine);
 - for an event that fails it, the authoritative check: encode the one event,
   decode the line with a decoder of its class, and see whether a ``null`` in it
   stands for a NaN or an infinity. Only this calls an event invalid, with a
@@ -22,6 +22,7 @@ import keyword
 import math
 import operator
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,14 +66,7 @@ class BatchEncoder:
     def encode(self, events: Sequence[Event]) -> tuple[bytes, list[tuple[Event, str]]]:
         """Return the JSON lines of the valid events, in order, each ending in ``\\n``,
         and every invalid event with a one-line reason."""
-        try:
-            # The whole batch in C but for each class's check. A class not seen
-            # before has no check yet: calling None fails, and the long way
-            # builds one.
-            ok = all(map(_CALL, map(_CHECKS.get, map(type, events)), events))
-        except Exception:
-            ok = False
-        if ok:
+        if _all_pass(events):
             try:
                 return self._encoder.encode_lines(events), []
             except Exception:  # a value the check let by that does not encode
@@ -90,7 +84,10 @@ class BatchEncoder:
             except Exception:  # a value nested past the recursion limit
                 ok = False
             if not ok:
-                reason = rules.diagnose(ev, self._encoder)
+                try:
+                    reason = rules.diagnose(ev, self._encoder)
+                except Exception as exc:  # never write what could not be checked
+                    reason = f"{rules.prefix(ev)}: cannot be checked: {type(exc).__name__}: {exc}"
                 if reason is not None:
                     bad.append((ev, reason))
                     continue
@@ -112,6 +109,20 @@ _CHECKS: dict[type[Any], _Check] = {}
 _RULES: dict[type[Any], _Rules] = {}
 
 
+def _all_pass(events: Sequence[Event]) -> bool:
+    """Whether every event passes its class's fast check."""
+    # The whole batch in C but for the checks themselves. A class not seen
+    # before has no check yet (calling None fails): build it, and try again.
+    for attempt in range(2):
+        try:
+            return all(map(_CALL, map(_CHECKS.get, map(type, events)), events))
+        except Exception:  # also a check that hit the recursion limit
+            if attempt == 0:
+                for cls in set(map(type, events)) - _CHECKS.keys():
+                    _rules(cls)
+    return False
+
+
 def _rules(cls: type[Event]) -> _Rules:
     rules = _RULES.get(cls)
     if rules is None:
@@ -125,24 +136,33 @@ class _Rules:
 
     def __init__(self, cls: type[Event]) -> None:
         self.cls = cls
-        info = mi.type_info(cls)
-        assert isinstance(info, mi.StructType)
-        self.fields = info.fields
-        self.by_encode_name = {f.encode_name: f for f in info.fields}
-        self.check = _compile_check(cls, info.fields)
+        self.fields: tuple[mi.Field, ...] = ()
+        self.check: _Check = _never
         self._decoder: msgspec.json.Decoder[Any] | None = None
+        # Why no event of this class can be checked (and so written), if so.
+        self._broken: str | None = None
+        try:
+            info = mi.type_info(cls)
+            assert isinstance(info, mi.StructType)
+            self._decoder = msgspec.json.Decoder(cls)
+            self.check = _compile_check(cls, info.fields)
+        except Exception as exc:  # an annotation that does not resolve, say
+            self._broken = f"its class {cls.__qualname__} cannot be read back: {exc}"
+            return
+        self.fields = info.fields
+        self._by_encode_name = {f.encode_name: f for f in info.fields}
 
     def prefix(self, ev: Event) -> str:
         return f"{self.cls.__struct_config__.tag} (seq {ev.seq})"
 
     def diagnose(self, ev: Event, encoder: msgspec.json.Encoder) -> str | None:
         """Why ``ev`` may not be written, or None when it may: the authoritative check."""
+        if self._decoder is None:
+            return f"{self.prefix(ev)}: {self._broken}"
         try:
             line = encoder.encode(ev)
         except Exception as exc:
             return self.unencodable(ev, exc, encoder)
-        if self._decoder is None:
-            self._decoder = msgspec.json.Decoder(self.cls)
         try:
             back = self._decoder.decode(line)
         except msgspec.ValidationError as exc:
@@ -169,7 +189,7 @@ class _Rules:
     def _refused(self, ev: Event, exc: msgspec.ValidationError) -> str:
         detail = str(exc)
         match = _AT_FIELD.search(detail)
-        f = self.by_encode_name.get(match.group(1)) if match else None
+        f = self._by_encode_name.get(match.group(1)) if match else None
         if match is None or f is None:
             return f"{self.prefix(ev)}: {detail}"
         value = getattr(ev, f.name)
@@ -196,22 +216,28 @@ class _Rules:
 _AT_FIELD = re.compile(r"at `\$\.([^.\[`]+)([^`]*)`")
 
 
-def _compile_check(cls: type[Any], fields: tuple[mi.Field, ...]) -> _Check:
+def _compile_check(
+    cls: type[Any], fields: tuple[mi.Field, ...], seen: frozenset[type[Any]] = frozenset()
+) -> _Check:
     """A function that is True only for an event whose values all fit ``fields``.
 
     Generated as one function of straight-line tests: a loop over per-field
     closures would cost a call for each field of each event.
     """
+    np_ints, np_floats = _numpy_scalars()
     namespace: dict[str, Any] = {
         "_deep_ok": _deep_ok,
         "_nums_ok": _nums_ok,
+        "_isfinite": math.isfinite,
         "_BIG": _BIG,
         "_STR": _STR,
         "_INT": _INT,
+        "_NP_INTS": np_ints,
+        "_NP_FLOATS": np_floats,
     }
     body = []
     for f in fields:
-        test = _test(f.type, "v", namespace)
+        test = _test(f.type, "v", namespace, seen | {cls})
         if test is None or not f.name.isidentifier() or keyword.iskeyword(f.name):
             return _never
         body.append(f"    v = ev.{f.name}\n    if not ({test}):\n        return False\n")
@@ -219,6 +245,18 @@ def _compile_check(cls: type[Any], fields: tuple[mi.Field, ...]) -> _Check:
     exec(compile(source, f"<rollout_trace check of {cls.__qualname__}>", "exec"), namespace)
     check: _Check = namespace["check"]
     return check
+
+
+def _numpy_scalars() -> tuple[frozenset[type], frozenset[type]]:
+    """numpy's int and float scalar types, if numpy is imported: orjson writes them
+    as JSON numbers, so they fit int and float fields as Python's own do."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return frozenset(), frozenset()
+    ints = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+    floats = ("float16", "float32", "float64")
+    found = [frozenset(getattr(np, name) for name in names) for names in (ints, floats)]
+    return found[0], found[1]
 
 
 def _never(ev: Any) -> bool:
@@ -239,7 +277,8 @@ _EXACT: dict[type[mi.Type], type] = {
     mi.BoolType: bool,
     mi.NoneType: type(None),
 }
-_NUMS = frozenset({float, int, bool})
+_FLOAT_OR_INT = frozenset({float, int})  # a bool is no float: msgspec refuses `true`
+_NUMS = _FLOAT_OR_INT | {bool}  # what Any holds as numbers
 
 
 def _plain(t: mi.Type, *structural: str) -> bool:
@@ -247,7 +286,7 @@ def _plain(t: mi.Type, *structural: str) -> bool:
     return all(getattr(t, name) is None for name in t.__struct_fields__ if name not in structural)
 
 
-def _test(t: mi.Type, v: str, ns: dict[str, Any]) -> str | None:
+def _test(t: mi.Type, v: str, ns: dict[str, Any], seen: frozenset[type[Any]]) -> str | None:
     """A Python expression in ``v`` that is True only where ``v`` fits ``t``; None
     when the fast check does not cover ``t``."""
     if isinstance(t, mi.AnyType):
@@ -257,11 +296,12 @@ def _test(t: mi.Type, v: str, ns: dict[str, Any]) -> str | None:
     if isinstance(t, mi.BoolType):
         return f"type({v}) is bool"
     if isinstance(t, mi.IntType) and _plain(t):
-        return f"type({v}) is int"
+        return f"(type({v}) is int or type({v}) in _NP_INTS)"
     if isinstance(t, mi.FloatType) and _plain(t):
         # `x - x` is 0.0 for a finite float, NaN for NaN and for infinities.
         finite = f"type({v}) is float and {v} - {v} == 0.0"
-        return f"({finite} or type({v}) is int and -_BIG < {v} < _BIG)"
+        numpy = f"type({v}) in _NP_FLOATS and _isfinite({v})"
+        return f"({finite} or type({v}) is int and -_BIG < {v} < _BIG or {numpy})"
     if isinstance(t, mi.StrType) and _plain(t):
         return f"type({v}) is str"
     if isinstance(t, mi.LiteralType):
@@ -279,7 +319,7 @@ def _test(t: mi.Type, v: str, ns: dict[str, Any]) -> str | None:
             name = f"_union{len(ns)}"
             ns[name] = frozenset(exact)
             return f"type({v}) in {name}"
-        tests = [_test(sub, v, ns) for sub in t.types]
+        tests = [_test(sub, v, ns, seen) for sub in t.types]
         if None in tests:
             return None
         return " or ".join(f"({test})" for test in tests)
@@ -293,7 +333,7 @@ def _test(t: mi.Type, v: str, ns: dict[str, Any]) -> str | None:
             return f"type({v}) is list and _deep_ok({v})"
         if isinstance(item, mi.FloatType) and _plain(item):
             return f"type({v}) is list and _nums_ok({v})"
-        each = _item_check(item, ns)
+        each = _item_check(item, ns, seen)
         return None if each is None else f"type({v}) is list and all(map({each}, {v}))"
     if isinstance(t, mi.DictType) and _plain(t, "key_type", "value_type"):
         key = t.key_type
@@ -305,14 +345,21 @@ def _test(t: mi.Type, v: str, ns: dict[str, Any]) -> str | None:
             return f"type({v}) is dict and _deep_ok({v})"
         if isinstance(value, mi.FloatType) and _plain(value):
             return f"{keys} and _nums_ok({v}.values())"
-        each = _item_check(value, ns)
+        each = _item_check(value, ns, seen)
         return None if each is None else f"{keys} and all(map({each}, {v}.values()))"
+    if isinstance(t, mi.StructType) and t.cls not in seen:  # a struct nested in a field
+        nested = _compile_check(t.cls, t.fields, seen)
+        if nested is _never:
+            return None
+        name = f"_struct{len(ns)}"
+        ns[name], ns[f"{name}_ok"] = t.cls, nested
+        return f"type({v}) is {name} and {name}_ok({v})"
     return None
 
 
-def _item_check(t: mi.Type, ns: dict[str, Any]) -> str | None:
+def _item_check(t: mi.Type, ns: dict[str, Any], seen: frozenset[type[Any]]) -> str | None:
     """The name of a one-argument check for ``t`` in ``ns``, for items of a container."""
-    test = _test(t, "x", ns)
+    test = _test(t, "x", ns, seen)
     if test is None:
         return None
     name = f"_item{len(ns)}"
@@ -321,9 +368,9 @@ def _item_check(t: mi.Type, ns: dict[str, Any]) -> str | None:
 
 
 def _nums_ok(values: Any) -> bool:
-    """Whether ``values`` (a list or a dict's values) are all ints and finite floats
-    (False may still be fine)."""
-    return set(map(type, values)) <= _NUMS and _finite_sum(values)
+    """Whether ``values`` (a list or a dict's values) all fit a float field: ints
+    and finite floats (False may still be fine)."""
+    return set(map(type, values)) <= _FLOAT_OR_INT and _finite_sum(values)
 
 
 def _finite_sum(numbers: Any) -> bool:
@@ -500,7 +547,7 @@ def _spell_base(t: mi.Type) -> str:
     if isinstance(cls, type):
         return cls.__name__
     name = type(t).__name__.removesuffix("Type")
-    return "Any" if name == "Any" else name.lower()
+    return name if name in ("Any", "None") else name.lower()
 
 
 def _show(value: Any) -> str:

@@ -126,7 +126,6 @@ class TraceClosed(Event, kw_only=True):
     sinks: list[SinkTally] = []
 
 
-
 LIFECYCLE_EVENTS: frozenset[str] = frozenset({"trace_opened", "trace_closed"})
 
 # --- rollout events (SPEC section 3) ------------------------------------------

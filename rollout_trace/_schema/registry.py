@@ -16,7 +16,7 @@ defined and before anything looks a tag up (decoders, ``event_types()``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 import msgspec
@@ -175,8 +175,8 @@ class EventRegistry:
         return dict(self._by_tag)
 
     def tags(self) -> frozenset[str]:
-        """The tags of every event class."""
-        return self.cached("tags", lambda: frozenset(self._by_tag))
+        """The tags lines are decoded by (those of ``decodable_types()``)."""
+        return self.cached("tags", lambda: frozenset(self.decodable_types()))
 
     def cached(self, key: str, build: Callable[[], _T]) -> _T:
         """``build()``, kept until the next event class is defined.
@@ -192,14 +192,42 @@ class EventRegistry:
             value = self._cache[key] = build()
         return value
 
+    def decodable_types(self) -> dict[str, type[Event]]:
+        """The event classes lines can be decoded into, by tag.
+
+        Every class but one whose annotations msgspec cannot resolve (a name
+        that is not defined): one such class must not stop every read, and its
+        lines are read as unknown events instead.
+        """
+        return self.cached("decodable", self._find_decodable)
+
+    def _find_decodable(self) -> dict[str, type[Event]]:
+        try:
+            msgspec.json.Decoder(_union(self._by_tag.values()))
+        except Exception:
+            return {tag: cls for tag, cls in self._by_tag.items() if _decodable(cls)}
+        return dict(self._by_tag)
+
     def decoders(self) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
         """Decoders for one event and for a JSON array of events, over every class."""
         return self.cached("decoders", self._build_decoders)
 
     def _build_decoders(self) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
-        types = tuple(self._by_tag.values())
-        union: Any = Union[types] if len(types) > 1 else types[0]  # noqa: UP007
+        union: Any = _union(self.decodable_types().values())
         return msgspec.json.Decoder(union), msgspec.json.Decoder(list[union])
+
+
+def _union(types: Iterable[type[Any]]) -> Any:
+    members = tuple(types)
+    return Union[members] if len(members) > 1 else members[0]  # noqa: UP007
+
+
+def _decodable(cls: type[Any]) -> bool:
+    try:
+        msgspec.json.Decoder(cls)
+    except Exception:
+        return False
+    return True
 
 
 REGISTRY = EventRegistry()
