@@ -1,4 +1,4 @@
-"""What a stop and restore cost: the figures of SPEC section 4, from events alone.
+"""What a stop and restore cost, from events alone (README: Reference > Restore-cost figures).
 
 Runs are folded into compact state as events stream by, so a trace set of any
 length needs memory for the attempts open at a time, one small record per
@@ -65,7 +65,7 @@ _Key = tuple[Union[int, str], int]  # noqa: UP007
 # distance is a gap (dropped events), and the run moves past it.
 _REORDER_WINDOW = 4096
 
-# The rollout events of SPEC section 3: the first of them tells whether a run's
+# The rollout events (README: Reference > Rollout events): the first of them tells whether a run's
 # rollout work begins with a restore.
 _ROLLOUT = frozenset(
     {

@@ -19,6 +19,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollout-trace",
         description="Read rollout traces and answer what a checkpoint stop and restore cost.",
+        epilog="The file format, the events, the figures and the exit codes are described "
+        "in the README, section Reference.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -20,11 +20,16 @@ examples:
   rollout-trace cost 'logs/**/rollout_trace*.jsonl.gz' --json > cost.json
 
 A stop is a run followed by a later run whose rollout work begins with
-restore_started. Exit status: 0 every figure computed, 1 some figure could not
-be computed (shown as n/a, with the reason), 2 wrong usage or a missing file.
+restore_started. The exact rules for stops and the definition of every figure
+are in the README, section Reference > Restore-cost figures.
+
+Exit status (README, section Reference > Exit codes): 0 every figure computed,
+1 some figure could not be computed (shown as n/a, with the reason), 2 wrong
+usage or a missing file.
 """
 
-# figure -> (unit, what it is), in SPEC order.
+# figure -> (unit, what it is), in the order of the README's Reference >
+# Restore-cost figures.
 _ROWS: dict[str, tuple[str, str]] = {
     "stop_time": ("", "last event of the stopped run"),
     "downtime_s": ("s", "stop to restore_started"),
@@ -48,8 +53,9 @@ _SUMMED = [f for f in FIGURES if f not in ("stop_time", "restored_step", "captur
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "cost",
-        help="what each stop and restore cost (SPEC section 4)",
-        description="Compute the restore-cost figures of every stop in a trace set.",
+        help="what each stop and restore cost (README: Reference > Restore-cost figures)",
+        description="Compute the restore-cost figures of every stop in a trace set.\n"
+        "Each figure is defined in the README, section Reference > Restore-cost figures.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -18,8 +18,10 @@ examples:
 Errors: lines that are not JSON, miss an envelope field or have a field of the
 wrong type; a bad run_id; duplicate seqs; seq gaps; trace_closed counts that do
 not add up. Warnings: a run without trace_closed (killed), a torn last line,
-seq gaps that trace_closed accounts for as dropped or invalid. Exit status: 0
-no errors (warnings allowed), 1 errors, 2 wrong usage or a missing file.
+seq gaps that trace_closed accounts for as dropped or invalid. The rules: the
+README, section Reference > Wire format, Lifecycle events and Rollout events.
+Exit status: 0 no errors (warnings allowed), 1 errors, 2 wrong usage or a
+missing file.
 """
 
 

@@ -1,4 +1,7 @@
-"""The figures of one stop (SPEC section 4), from the folded state of two runs."""
+"""The figures of one stop, from the folded state of two runs.
+
+Each is defined in the README, section Reference > Restore-cost figures.
+"""
 
 from __future__ import annotations
 
@@ -36,12 +39,13 @@ FIGURES = (
 
 
 class StopCost(msgspec.Struct, kw_only=True):
-    """The figures of one stop (SPEC section 4); ``None`` where one cannot be computed.
+    """The figures of one stop; ``None`` where one cannot be computed.
 
     ``reasons`` says, by figure name, why a figure is ``None``;
     ``captured_from`` says where ``captured_at`` came from
     (``"snapshot_published"`` or ``"trainer_checkpoint_published"``).
-    Neither is part of the JSON form, which holds exactly SPEC's names.
+    Neither is part of the JSON form, which holds exactly the figures named in
+    the README, section Reference > Restore-cost figures.
     """
 
     stopped_run: str
@@ -65,7 +69,7 @@ class StopCost(msgspec.Struct, kw_only=True):
     reasons: dict[str, str] = {}
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``stopped_run``, ``restored_run`` and SPEC's figures."""
+        """The JSON form: ``stopped_run``, ``restored_run`` and the figures, by name."""
         out: dict[str, Any] = {"stopped_run": self.stopped_run, "restored_run": self.restored_run}
         for name in FIGURES:
             out[name] = getattr(self, name)

@@ -1,4 +1,4 @@
-"""Streaming trace sets back into typed events (SPEC section 1).
+"""Streaming trace sets back into typed events (README: Reference > Wire format).
 
 Lines are decoded a block at a time: a block of complete lines becomes one JSON
 array that msgspec decodes in a single call, so the per-line cost is msgspec's

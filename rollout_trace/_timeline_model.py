@@ -6,7 +6,7 @@ one model, so they always agree on what an attempt is and how it ended.
 An attempt is one try of a sibling within one run, keyed by
 ``(prompt_id, generation_index, attempt)``. It begins at its
 ``attempt_dispatched`` (or ``attempt_resumed``, which starts it in the run that
-resumes it, as SPEC section 4 says) and ends at its ``attempt_sealed``,
+resumes it, as README: Reference > Restore-cost figures says) and ends at its ``attempt_sealed``,
 ``attempt_refused`` or ``attempt_abandoned``. One still open at the run's last
 event ends there, as ``in_flight``. An end whose start is not in the run (a
 restored run restarting a try of the run before it) becomes an attempt of zero
@@ -162,7 +162,8 @@ def build_timeline(events: Iterable[AnyEvent]) -> Timeline:
 
 
 def _opened_at(run: RunLine, evs: list[AnyEvent]) -> float:
-    # Runs are ordered as the cost analysis orders them (SPEC section 4).
+    # Runs are ordered as the cost analysis orders them (README: Reference >
+    # Restore-cost figures).
     for ev in evs:
         if isinstance(ev, TraceOpened):
             return ev.time

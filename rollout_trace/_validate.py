@@ -1,4 +1,7 @@
-"""The checks behind ``rollout-trace validate``: every line, every run, against SPEC 1-3."""
+"""The checks behind ``rollout-trace validate``: every line and run against the README's Reference.
+
+The rules are those of its sections Wire format, Lifecycle events and Rollout events.
+"""
 
 from __future__ import annotations
 
@@ -46,8 +49,8 @@ class Validator:
         self._problems: list[ReadProblem] = []
 
     def problem(self, p: ReadProblem) -> None:
-        # A killed writer's torn last line is what SPEC 1 says readers must
-        # expect, so it is a warning; any other undecodable line is an error.
+        # A killed writer's torn last line is what a reader must expect (README:
+        # Reference > Wire format), so it is a warning; any other undecodable line is an error.
         self.lines += 1
         self._problems.append(p)
         severity: Severity = "warning" if p.torn else "error"

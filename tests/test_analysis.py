@@ -1,4 +1,7 @@
-"""Restore-cost figures (SPEC section 4), one hand-built scenario per rule."""
+"""Restore-cost figures, one hand-built scenario per rule.
+
+The rules are the README's, section Reference > Restore-cost figures.
+"""
 
 from __future__ import annotations
 
@@ -345,7 +348,7 @@ def _end(kind: str, key: tuple[int, int], a: int) -> rt.Event:
 
 
 def _oracle(events: list[rt.Event]) -> list[dict[str, Any]]:
-    """SPEC section 4 read literally, over whole runs held in memory."""
+    """The README's figure definitions read literally, over whole runs held in memory."""
     out = []
     prev = None
     for run in group_runs(events):

@@ -11,6 +11,7 @@ from scenario import disp, lines, make_run, restore, restored, run_id, seal, sna
 
 import rollout_trace as rt
 from rollout_trace._cli import main
+from rollout_trace._figures import FIGURES
 
 
 def _stop_set(tmp_path: Path, *, path: str = "/s/1") -> Path:
@@ -101,6 +102,34 @@ def test_help_has_an_example(command: str, capsys: pytest.CaptureFixture[str]) -
     assert main([command, "--help"]) == 0
     out = capsys.readouterr().out
     assert f"rollout-trace {command} " in out.split("examples:")[1]
+
+
+def test_cost_help_points_at_the_readme_figure_definitions(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["cost", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "README, section Reference > Restore-cost figures" in " ".join(out.split())
+    assert "SPEC" not in out
+    # The section it names is there, under Reference, and defines every figure.
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    reference = readme[readme.index("\n## Reference\n") :]
+    section = reference[reference.index("\n### Restore-cost figures\n") :]
+    section = section[: section.index("\n### ", 1)]
+    for figure in FIGURES:
+        assert f"| `{figure}` |" in section, figure
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["cost"], ["summary"], ["validate"], ["timeline"], ["demo"]]
+)
+def test_no_help_text_names_a_file_users_do_not_have(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "SPEC" not in out
+    assert "README" in out or command in (["summary"], ["timeline"], ["demo"])
 
 
 def test_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -226,7 +255,7 @@ VALIDATE = [
     pytest.param(
         lines(CLEAN[:-1]), 0, [f"warning: run {RID}: no trace_closed"], id="no-trace-closed"
     ),
-    # A torn last line: a warning, as SPEC 1 says readers must expect it.
+    # A torn last line: a warning, as README > Reference > Wire format says readers must expect it.
     pytest.param(
         lines(CLEAN[:-1]) + b'{"event":"trace_cl',
         0,

@@ -1,4 +1,7 @@
-"""Reading trace sets back: layouts, compression, and the damage SPEC section 1 allows."""
+"""Reading trace sets back: layouts, compression, and the damage a reader must take.
+
+See the README, section Reference > Wire format.
+"""
 
 from __future__ import annotations
 
