@@ -115,7 +115,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     versions = {}
-    for dist in ("rollout-trace", "msgspec", "orjson", "anyio", "aiofiles", "structlog", "loguru"):
+    for dist in ("rollout-trace", "msgspec", "orjson", "anyio", "structlog", "loguru"):
         versions[dist] = _version(dist)
     versions["opentelemetry-sdk"] = _version("opentelemetry-sdk")
     return {

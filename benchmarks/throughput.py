@@ -5,7 +5,7 @@ What is measured, per mode, in a fresh process each run:
 - ``async``: ``async with rt.tracer("jsonl://FILE")`` on asyncio; the task emits
   N ``AttemptDispatched`` events (built in the loop, 8 fields with the envelope)
   and awaits ``asyncio.sleep(0)`` after every 1,000, as a controller that does
-  other work would. The file is written by the aiofiles-based ``jsonl`` sink.
+  other work would. The file is written by the ``jsonl`` sink, on its own thread.
 - ``sync``: ``with rt.sync_tracer("jsonl://FILE")``; one thread emits N events;
   the tracer's writer thread encodes and writes.
 - ``sync8``: the same with 8 threads emitting N/8 events each at once.

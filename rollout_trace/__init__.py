@@ -1,7 +1,7 @@
 """rollout_trace: typed, non-blocking event tracing for asyncio RL controllers."""
 
-from ._analysis import restore_costs
-from ._decoding import UnknownEvent
+from ._analysis.cost import restore_costs
+from ._analysis.figures import StopCost
 from ._errors import (
     EventTagError,
     RolloutTraceError,
@@ -12,7 +12,9 @@ from ._errors import (
     TracerStateError,
     UnknownSchemeError,
 )
-from ._events import (
+from ._reading.reader import ReadProblem, read, read_located
+from ._schema.decoding import UnknownEvent
+from ._schema.events import (
     AttemptAbandoned,
     AttemptDispatched,
     AttemptRefused,
@@ -33,10 +35,8 @@ from ._events import (
     WeightsSynced,
     event_types,
 )
-from ._figures import StopCost
-from ._reader import ReadProblem, read, read_located
-from ._timeline import timeline_document
-from ._timeline_html import timeline_html
+from ._timeline.document import timeline_document
+from ._timeline.page import timeline_html
 from ._version import __version__
 from ._writing.async_tracer import Tracer, tracer
 from ._writing.config import TraceCounts

@@ -24,8 +24,8 @@ import msgspec
 
 from sinks import MemorySink, Sink
 
-from ._decoding import UnknownEvent, decode_line
-from ._events import LIFECYCLE_EVENTS, Event, tag_of
+from ._schema.decoding import UnknownEvent, decode_line
+from ._schema.events import LIFECYCLE_EVENTS, Event, tag_of
 from ._writing.specs import capture_override
 
 __all__ = ["CapturedEvents", "capture_events"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Mapping
@@ -9,8 +10,12 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-import rollout_trace._writing.specs as sinkspec
 from sinks import MemorySink, Sink, SinkOptionValueError
+
+try:
+    import rollout_trace._writing.specs as sinkspec
+except ImportError:  # the code before the writer's rewrite (see the end of this file)
+    import rollout_trace._sinkspec as sinkspec  # type: ignore[no-redef]
 
 
 class FailingSink(MemorySink):
@@ -74,6 +79,59 @@ class UnopenableSink(Sink):
 
 class NotASink:
     pass
+
+
+if inspect.iscoroutinefunction(Sink.write):  # pragma: no cover
+    # The sink API before the writer's rewrite was async. These versions let
+    # the shared suites run against that code too, to show which promises it
+    # broke (they fail there on behaviour, not on an import).
+    import anyio
+
+    class FailingSink(MemorySink):  # type: ignore[no-redef]
+        options = frozenset({"ok"})
+
+        def __init__(self, location: str, options: Mapping[str, str]) -> None:
+            super().__init__(location, options)
+            self.ok = int(options.get("ok", "0"))
+            self.writes = 0
+            self.closed = False
+
+        async def write(self, data: bytes) -> None:  # type: ignore[override]
+            self.writes += 1
+            if self.writes > self.ok:
+                raise OSError(28, "No space left on device (injected)")
+            await super().write(data)  # type: ignore[misc]
+
+        async def aclose(self) -> None:
+            self.closed = True
+
+    class SlowSink(MemorySink):  # type: ignore[no-redef]
+        options = frozenset({"delay"})
+
+        def __init__(self, location: str, options: Mapping[str, str]) -> None:
+            super().__init__(location, options)
+            self.delay = float(options.get("delay", "0.05"))
+
+        async def write(self, data: bytes) -> None:  # type: ignore[override]
+            await anyio.sleep(self.delay)
+            await super().write(data)  # type: ignore[misc]
+
+    class StuckSink(MemorySink):  # type: ignore[no-redef]
+        options = frozenset({"ok"})
+
+        def __init__(self, location: str, options: Mapping[str, str]) -> None:
+            super().__init__(location, options)
+            self.ok = int(options.get("ok", "1"))
+
+        async def write(self, data: bytes) -> None:  # type: ignore[override]
+            if self.ok <= 0:
+                await anyio.sleep_forever()
+            self.ok -= 1
+            await super().write(data)  # type: ignore[misc]
+
+    class UnopenableSink(Sink):  # type: ignore[no-redef]
+        async def open(self) -> None:  # type: ignore[override]
+            raise PermissionError(13, "Permission denied (injected)")
 
 
 PLUGINS = {

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from samples import ROLLOUT_SAMPLES
 
 import rollout_trace as rt
-from rollout_trace._decoding import decode_line
-from rollout_trace._lean import lean_list_decoder
+from rollout_trace._reading.lean import lean_list_decoder
 from rollout_trace._schema import encoding
+from rollout_trace._schema.decoding import decode_line
 from rollout_trace._schema.encoding import BatchEncoder
 
 NAN, INF = float("nan"), float("inf")

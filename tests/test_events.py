@@ -12,11 +12,14 @@ import pytest
 from samples import ROLLOUT_SAMPLES
 
 import rollout_trace as rt
-from rollout_trace import _analysis, _decoding, _events, _timeline_model
-from rollout_trace._decoding import decode_line
+from rollout_trace import _events
+from rollout_trace._analysis import cost as _analysis
+from rollout_trace._schema import decoding as _decoding
 from rollout_trace._schema import decoding as schema_decoding
+from rollout_trace._schema.decoding import decode_line
 from rollout_trace._schema.events import SinkTally
 from rollout_trace._schema.registry import REGISTRY
+from rollout_trace._timeline import model as _timeline_model
 
 # SPEC sections 2 and 3, field by field: (event, class, {field: type}).
 SCHEMA: list[tuple[str, type[rt.Event], dict[str, Any]]] = [

@@ -1,78 +1,88 @@
-"""Faults injected for real (no mocks of the file system or the OS), through the public API."""
+"""Faults injected for real (no mocks of the file system or the OS), through the public
+API, under every driver: the async tracer under asyncio, uvloop and trio, and the
+sync tracer (tests/writing/harness.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pickle
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
 from samples import dispatched
 from tracecheck import check_runs, only_run
+from writing.harness import (
+    ASYNC_DRIVERS,
+    DRIVERS,
+    IDS,
+    Driver,
+    Handle,
+    child_code,
+    child_env,
+    run_child,
+)
 
 import rollout_trace as rt
 from sinks import MemorySink
 
 needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+drivers = pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
 
 
-def _python(code: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, timeout=120, **kwargs
-    )  # type: ignore[call-overload]
+def _popen(driver: Driver, uris: list[str], body: str, **kwargs: str) -> subprocess.Popen[bytes]:
+    """``driver`` in a child process, its standard streams piped to the test."""
+    return subprocess.Popen(
+        [sys.executable, "-c", child_code(driver, uris, body, **kwargs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+    )
 
 
 # --- a sink whose writes fail: /dev/full gives ENOSPC on every write ---------
 
 
 @needs_dev_full
-def test_disk_full_in_the_sync_tracer(tmp_path: Path, trace_log: pytest.LogCaptureFixture) -> None:
-    good = tmp_path / "good.jsonl"
-    with rt.sync_tracer("jsonl:///dev/full", str(good), batch_size=64) as t:
-        for i in range(5_000):
-            t.emit(dispatched(i))
-    run = only_run(good.read_bytes())
-    assert run.closed is not None and run.closed["written"] == 5_000
-    reports = [r.getMessage() for r in trace_log.records]
-    assert len(reports) == 1, reports
-    assert "jsonl:///dev/full" in reports[0] and "No space left on device" in reports[0]
-
-
-@needs_dev_full
-async def test_disk_full_in_the_async_tracer_keeps_the_loop_running(
-    trace_log: pytest.LogCaptureFixture,
+@pytest.mark.parametrize("driver", ASYNC_DRIVERS, ids=[d.name for d in ASYNC_DRIVERS])
+def test_disk_full_keeps_the_event_loop_running(
+    driver: Driver, trace_log: pytest.LogCaptureFixture
 ) -> None:
+    # (That the other sinks keep every event and the counts are what the
+    # sinks acknowledged is in tests/writing/test_promises.py.)
     gaps: list[float] = []
-    stop = asyncio.Event()
 
-    async def ticker() -> None:
-        last = time.monotonic()
-        while not stop.is_set():
-            await asyncio.sleep(0.002)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
+    async def scenario(h: Handle) -> MemorySink:
+        async def ticker() -> None:
+            last = time.monotonic()
+            while True:
+                await anyio.sleep(0.002)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
 
-    tick = asyncio.create_task(ticker())
-    async with rt.tracer("jsonl:///dev/full", "memory://", batch_size=256) as t:
-        for i in range(20_000):
-            t.emit(dispatched(i))
-            if i % 500 == 0:
-                await asyncio.sleep(0)
-        good = t.sinks[1]
-    stop.set()
-    await tick
-    assert isinstance(good, MemorySink)
-    run = only_run(good.getvalue())
-    assert run.closed is not None and run.closed["written"] == 20_000
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            for i in range(20_000):
+                h.emit(dispatched(i))
+                if i % 500 == 0:
+                    await anyio.sleep(0)
+            await h.flush()
+            tg.cancel_scope.cancel()
+        good = h.tracer.sinks[1]
+        assert isinstance(good, MemorySink)
+        return good
+
+    good = driver.run(["jsonl:///dev/full", "memory://"], scenario, batch_size=256).value
+    run = only_run(good.getvalue(), uri="memory://")
+    assert run.closed is not None and len(run.events) == 20_000
     reports = [r.getMessage() for r in trace_log.records]
     assert len(reports) == 1 and "No space left on device" in reports[0], reports
     # The loop never stalled on the failing file: each tick came within 0.5 s.
@@ -80,19 +90,21 @@ async def test_disk_full_in_the_async_tracer_keeps_the_loop_running(
 
 
 @needs_dev_full
-def test_disk_full_leaves_the_exit_code_alone() -> None:
-    proc = _python(
+@drivers
+def test_disk_full_leaves_the_exit_code_alone(driver: Driver) -> None:
+    proc = run_child(
+        driver,
+        ["jsonl:///dev/full"],
         """
-        import rollout_trace as rt
-        with rt.sync_tracer("jsonl:///dev/full") as t:
-            for i in range(1000):
-                t.emit(rt.WeightsSynced(weight_version=i))
-        print("done")
-        """
+        for i in range(1000):
+            h.emit(rt.WeightsSynced(weight_version=i))
+        """,
+        then="print('done')",
     )
-    assert proc.returncode == 0
+    assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"done\n"
     assert len(proc.stderr.splitlines()) <= 2, proc.stderr  # one warning, no traceback
+    assert b"Traceback" not in proc.stderr
 
 
 # --- sinks that cannot be opened ---------------------------------------------
@@ -113,24 +125,24 @@ def _parent_is_a_file(tmp: Path) -> str:
     ],
     ids=["parent-is-a-file", "path-is-a-folder", "unknown-scheme", "unknown-option"],
 )
-@pytest.mark.parametrize("kind", ["sync", "async"])
+@drivers
 def test_a_sink_that_cannot_open_leaves_nothing_behind(
-    make_uri: object, error: type[Exception], words: list[str], kind: str, tmp_path: Path
+    make_uri: Callable[[Path], str],
+    error: type[Exception],
+    words: list[str],
+    driver: Driver,
+    tmp_path: Path,
 ) -> None:
-    uri = make_uri(tmp_path)  # type: ignore[operator]
+    uri = make_uri(tmp_path)
     first = tmp_path / "new" / "first.jsonl"  # opened before the bad one
     before = sorted(tmp_path.rglob("*"))
     threads = threading.active_count()
+
+    async def scenario(h: Handle) -> None:
+        pytest.fail("must not open")
+
     with pytest.raises(error) as info:
-        if kind == "sync":
-            rt.sync_tracer(str(first), uri).open()
-        else:
-
-            async def main() -> None:
-                async with rt.tracer(str(first), uri):
-                    pytest.fail("must not open")
-
-            asyncio.run(main())
+        driver.run([str(first), uri], scenario)
     assert isinstance(info.value, rt.RolloutTraceError)
     assert uri in str(info.value)
     for word in words:
@@ -142,30 +154,18 @@ def test_a_sink_that_cannot_open_leaves_nothing_behind(
 # --- standard output closed by its reader --------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_stdout_closed_by_its_reader_exits_zero_quietly(kind: str) -> None:
-    body = {
-        "sync": """
-            with rt.sync_tracer("stdout://") as t:
-                for i in range(200_000):
-                    t.emit(rt.WeightsSynced(weight_version=i))
-                    if i % 10_000 == 0:
-                        t.flush()
-            """,
-        "async": """
-            import asyncio
-            async def main():
-                async with rt.tracer("stdout://") as t:
-                    for i in range(200_000):
-                        t.emit(rt.WeightsSynced(weight_version=i))
-                        if i % 10_000 == 0:
-                            await t.flush()
-            asyncio.run(main())
-            """,
-    }[kind]
-    code = "import rollout_trace as rt\n" + textwrap.dedent(body) + "print('still printing')\n"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+@drivers
+def test_stdout_closed_by_its_reader_exits_zero_quietly(driver: Driver) -> None:
+    proc = _popen(
+        driver,
+        ["stdout://"],
+        """
+        for i in range(200_000):
+            h.emit(rt.WeightsSynced(weight_version=i))
+            if i % 10_000 == 0:
+                await h.flush()
+        """,
+        then="print('still printing')",
     )
     with proc:
         assert proc.stdout is not None and proc.stderr is not None
@@ -181,42 +181,26 @@ def test_stdout_closed_by_its_reader_exits_zero_quietly(kind: str) -> None:
 # --- SIGKILL: what a returned flush() promised is on disk ----------------------
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
+@drivers
 def test_sigkill_keeps_every_event_before_the_last_returned_flush(
-    kind: str, tmp_path: Path
+    driver: Driver, tmp_path: Path
 ) -> None:
     path = tmp_path / "killed.jsonl"
-    loop = {
-        "sync": """
-            t = rt.sync_tracer(PATH, flush_interval=60).open()
-            i = 0
-            while True:
-                t.emit(rt.WeightsSynced(weight_version=i))
-                i += 1
-                if i % 997 == 0:
-                    t.flush()
-                    ack(i)
-            """,
-        "async": """
-            import asyncio
-            async def main():
-                async with rt.tracer(PATH, flush_interval=60) as t:
-                    i = 0
-                    while True:
-                        t.emit(rt.WeightsSynced(weight_version=i))
-                        i += 1
-                        if i % 997 == 0:
-                            await t.flush()
-                            ack(i)
-            asyncio.run(main())
-            """,
-    }[kind]
-    code = (
-        "import os, sys\nimport rollout_trace as rt\n"
-        f"PATH = {str(path)!r}\n"
-        "def ack(n):\n    os.write(1, b'%d\\n' % n)\n" + textwrap.dedent(loop)
+    proc = _popen(
+        driver,
+        [str(path)],
+        """
+        i = 0
+        while True:
+            h.emit(rt.WeightsSynced(weight_version=i))
+            i += 1
+            if i % 997 == 0:
+                await h.flush()
+                os.write(1, b"%d\\n" % i)  # everything below i is written
+        """,
+        kwargs="flush_interval=60",
     )
-    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) as proc:
+    with proc:
         assert proc.stdout is not None
         acked = 0
         while acked < 30_000:
@@ -245,50 +229,30 @@ def test_sigkill_keeps_every_event_before_the_last_returned_flush(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_slow_reader_keeps_memory_bounded_and_counts_drops(kind: str) -> None:
-    run = {
-        "sync": """
-            t = rt.sync_tracer("stdout://", close_timeout=2.0).open()
-            for i in range(N):
-                t.emit(rt.WeightsSynced(weight_version=i))
-                if i in MARKS: mark(i)
-            t0 = time.monotonic(); t.close(); closing = time.monotonic() - t0
-            report(t.counts, closing)
-            """,
-        "async": """
-            import asyncio
-            async def main():
-                async with rt.tracer("stdout://", close_timeout=2.0) as t:
-                    for i in range(N):
-                        t.emit(rt.WeightsSynced(weight_version=i))
-                        if i % 1000 == 0: await asyncio.sleep(0)
-                        if i in MARKS: mark(i)
-                    t0 = time.monotonic()
-                await asyncio.sleep(0)
-                return t, time.monotonic() - t0
-            t, closing = asyncio.run(main())
-            report(t.counts, closing)
-            """,
-    }[kind]
-    code = textwrap.dedent(
+@drivers
+def test_a_slow_reader_keeps_memory_bounded_and_counts_drops(driver: Driver) -> None:
+    proc = _popen(
+        driver,
+        ["stdout://"],
         """
-        import json, os, resource, sys, time
-        import rollout_trace as rt
+        for i in range(N):
+            h.emit(rt.WeightsSynced(weight_version=i))
+            if i % 1000 == 0:
+                await h.sleep(0)
+            if i in MARKS:
+                rss[i] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        """,
+        kwargs="close_timeout=2.0",
+        prelude="""
+        import json, resource
         N = 2_000_000
         MARKS = {200_000, 1_000_000, N - 1}
         rss = {}
-        start = time.perf_counter()
-        def mark(i):
-            rss[i] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        def report(counts, closing):
-            elapsed = time.perf_counter() - start
-            sys.stderr.write(json.dumps({"rss": rss, "counts": counts._asdict(),
-                                         "closing": closing, "elapsed": elapsed}) + "\\n")
-        """
-    ) + textwrap.dedent(run)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        """,
+        then="""
+        report = {"rss": rss, "counts": out.counts._asdict(), "closing": out.close_s}
+        sys.stderr.write(json.dumps(report) + "\\n")
+        """,
     )
     with proc:
         assert proc.stdout is not None and proc.stderr is not None
@@ -310,31 +274,6 @@ def test_a_slow_reader_keeps_memory_bounded_and_counts_drops(kind: str) -> None:
     assert rss[1_999_999] - rss[200_000] < 64 * 1024, rss
     assert report["closing"] < 3.5  # close() honours its 2 s deadline
     assert got > 0
-
-
-# --- bad events ----------------------------------------------------------------
-
-
-def test_bad_events_in_the_sync_tracer(tmp_path: Path, trace_log: pytest.LogCaptureFixture) -> None:
-    class Weird(rt.Event, tag="weird"):
-        value: object
-
-    path = tmp_path / "bad.jsonl"
-    with rt.sync_tracer(str(path)) as t:
-        t.emit(dispatched(0))
-        for _ in range(3):
-            t.emit(Weird(value=object()))
-        with pytest.raises(TypeError):
-            t.emit(dispatched)  # type: ignore[arg-type]
-        t.emit(dispatched(1))
-    t.emit(dispatched(2))
-    t.close()
-    assert t.flush() is True
-    run = only_run(path.read_bytes(), allow_drops=True)
-    assert run.closed is not None
-    assert (run.closed["emitted"], run.closed["written"], run.closed["invalid"]) == (5, 2, 3)
-    assert [e["seq"] for e in run.events] == [1, 5]
-    assert len([r for r in trace_log.records if "weird" in r.getMessage()]) == 1
 
 
 # --- fork and pickling under load ------------------------------------------------
@@ -385,48 +324,58 @@ def test_pickling_and_forking_while_threads_emit(tmp_path: Path) -> None:
 # --- a sink that hangs ----------------------------------------------------------
 
 
-@pytest.mark.usefixtures("plugins")
-async def test_a_hung_sink_is_stopped_and_the_others_keep_everything(
-    trace_log: pytest.LogCaptureFixture,
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@drivers
+def test_a_pipe_nobody_reads_is_given_up_and_the_others_keep_everything(
+    driver: Driver, tmp_path: Path, trace_log: pytest.LogCaptureFixture
 ) -> None:
-    async with rt.tracer("stuck://?ok=1", "memory://", batch_size=64, close_timeout=1) as t:
-        for i in range(3_000):
-            t.emit(dispatched(i))
-            if i % 100 == 0:
-                await asyncio.sleep(0)
-        await t.flush()
-        good = t.sinks[1]
-    assert isinstance(good, MemorySink)
-    run = only_run(good.getvalue())
-    assert run.closed is not None and run.closed["written"] == 3_000
-    reports = [r.getMessage() for r in trace_log.records]
-    assert len(reports) == 1 and "stuck://?ok=1" in reports[0] and "keep up" in reports[0]
+    fifo = tmp_path / "nobody-reads.jsonl"
+    os.mkfifo(fifo)
+    # A reader that opens the pipe and never reads: writes block once the
+    # pipe's buffer (64 KiB) is full, as on a hung mount.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    good = tmp_path / "good.jsonl"
+    try:
+
+        async def scenario(h: Handle) -> None:
+            for i in range(20_000):
+                h.emit(dispatched(i))
+                if i % 1_000 == 999:
+                    await h.flush()
+
+        out = driver.run([str(fifo), str(good)], scenario, batch_size=256, close_timeout=1)
+    finally:
+        os.close(reader)  # the blocked write fails now and its thread ends
+    assert out.close_s < 1.75, out.close_s
+    run = only_run(good.read_bytes(), uri=str(good))
+    assert [e["seq"] for e in run.events] == list(range(1, 20_001))
+    assert run.closed is not None
+    (hung,) = [s for s in run.closed["sinks"] if s["uri"] == str(fifo)]
+    assert "longer than 1 s" in hung["error"], hung
+    assert [m for m in (r.getMessage() for r in trace_log.records) if "stopped" in m]
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_sink_that_never_opens_times_out_and_the_process_exits(kind: str, tmp_path: Path) -> None:
+@drivers
+def test_a_sink_that_never_opens_times_out_and_the_process_exits(
+    driver: Driver, tmp_path: Path
+) -> None:
     fifo = tmp_path / "nobody-reads.jsonl"
     os.mkfifo(fifo)  # opening it for writing blocks until a reader comes
-    body = {
-        "sync": f"rt.sync_tracer({str(fifo)!r}, close_timeout=1).open()",
-        "async": textwrap.dedent(
-            f"""
-            import asyncio
-            async def main():
-                async with rt.tracer({str(fifo)!r}, close_timeout=1):
-                    pass
-            asyncio.run(main())
-            """
-        ),
-    }[kind]
     code = (
-        "import rollout_trace as rt\ntry:\n"
-        + textwrap.indent(body, "    ")
-        + ("\nexcept rt.SinkOpenError as exc:\n    print(exc)\n")
+        "import rollout_trace as rt\n"
+        "from harness import BY_NAME\n"
+        "async def scenario(h):\n"
+        "    raise AssertionError('must not open')\n"
+        "try:\n"
+        f"    BY_NAME[{driver.name!r}].run([{str(fifo)!r}], scenario, close_timeout=1)\n"
+        "except rt.SinkOpenError as exc:\n"
+        "    print(exc)\n"
     )
     start = time.monotonic()
-    proc = _python(code)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=120, env=child_env()
+    )
     assert proc.returncode == 0, proc.stderr
     assert b"did not open within 1 s" in proc.stdout
     assert time.monotonic() - start < 30

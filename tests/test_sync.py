@@ -1,4 +1,9 @@
-"""The sync tracer (SPEC section 7): threads, flush, close, fork, pickling, exit."""
+"""What only the sync tracer does (SPEC section 7): threads, the lazy open, fork,
+pickling into another process, interpreter exit, ``close(timeout=)``.
+
+What both tracers promise is tested once, over every driver (asyncio, uvloop,
+trio and the sync tracer), in tests/writing/test_promises.py.
+"""
 
 from __future__ import annotations
 
@@ -180,19 +185,6 @@ def test_pickling_round_trips_disabled_and_enabled(tmp_path: Path) -> None:
     assert new_run.opened["meta"] == {"actor": "x"}
 
 
-def test_a_disabled_tracer_holds_no_thread_queue_or_lock() -> None:
-    threads = threading.active_count()
-    t = rt.sync_tracer(enabled=False)
-    t.emit(dispatched(0))
-    assert t.flush() is True
-    t.close()
-    assert threading.active_count() == threads
-    kinds = (threading.Thread, type(threading.Lock()), collections.deque, threading.Event)
-    held = [k for k, v in vars(t).items() if isinstance(v, kinds)]
-    assert held == []
-    assert pickle.loads(pickle.dumps(t)).enabled is False
-
-
 def test_exit_without_close_writes_everything_and_trace_closed_last(tmp_path: Path) -> None:
     path = tmp_path / "exit.jsonl"
     code = textwrap.dedent(
@@ -211,96 +203,72 @@ def test_exit_without_close_writes_everything_and_trace_closed_last(tmp_path: Pa
     assert run.closed is not None and run.closed["written"] == 25_000
 
 
-def test_close_is_idempotent_and_later_calls_are_quiet(
-    tmp_path: Path, trace_log: pytest.LogCaptureFixture
-) -> None:
+def test_close_is_idempotent(tmp_path: Path, trace_log: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "c.jsonl"
     t = rt.sync_tracer(str(path))
     t.emit(dispatched(0))
     t.close()
     size = path.stat().st_size
     t.close()
-    t.emit(dispatched(1))
-    assert t.flush() is True
-    with t:
-        pass
+    t.close(timeout=0.1)
+    assert t.state == "closed"
+    assert t.flush() is True  # nothing emitted to the run was lost
     assert path.stat().st_size == size
     assert trace_log.records == []
 
 
-def test_emit_after_close_began_is_counted_as_dropped(tmp_path: Path) -> None:
-    path = tmp_path / "late.jsonl"
-    t = rt.sync_tracer(str(path))
-    emit = t.emit  # a thread that cached emit and goes on after close
-    emit(dispatched(0))
-    t.close()
-    emit(dispatched(1))
-    run = only_run(path.read_bytes())
-    assert run.closed is not None and run.closed["emitted"] == 1
-
-
 @pytest.mark.usefixtures("plugins")
-def test_a_sink_that_cannot_open_raises_and_leaves_no_thread() -> None:
-    threads = threading.active_count()
-    t = rt.sync_tracer("memory://", "unopenable://")  # nothing opens yet
-    assert threading.active_count() == threads
-    with pytest.raises(rt.SinkOpenError, match="Permission denied"):
-        t.open()
-    assert threading.active_count() == threads
-
-
-@pytest.mark.usefixtures("plugins")
-def test_a_lazy_open_that_fails_is_reported_once_and_emit_stays_quiet(
+def test_a_lazy_open_that_fails_is_said_once_and_every_emit_still_counts(
     trace_log: pytest.LogCaptureFixture,
 ) -> None:
+    threads = threading.active_count()
     t = rt.sync_tracer("unopenable://")
     for i in range(100):
         t.emit(dispatched(i))  # opens on the first emit, in the writer thread
     start = time.monotonic()
-    # False, or True once the tracer has closed itself; never a wait for a
-    # writer that is gone.
-    t.flush(timeout=30)
+    # Never a wait for a writer that is gone; False: nothing was written.
+    assert t.flush(timeout=30) is False
     assert time.monotonic() - start < 10
-    assert t.flush(timeout=30) is True  # closed by now: at once
+    for i in range(100):
+        t.emit(dispatched(i))
+    assert t.flush(timeout=30) is False
     t.close()
-    messages = [r.getMessage() for r in trace_log.records]
-    assert len(messages) == 1 and "unopenable://" in messages[0], messages
+    assert t.state == "closed"
+    c = t.counts
+    assert min(c) >= 0, c
+    assert c.written == 0
+    assert c.emitted == c.written + c.dropped + c.invalid + c.pending, c
+    assert c.emitted + c.outside_run == 200, c  # every emit, in the run or outside it
+    reports = [r.getMessage() for r in trace_log.records if "unopenable://" in r.getMessage()]
+    assert len(reports) == 1 and "Permission denied" in reports[0], reports
+    assert len(trace_log.records) <= 2  # and at most the one about emits on a closed tracer
+    deadline = time.monotonic() + 5
+    while threading.active_count() > threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == threads  # the writer thread has ended
 
 
 def test_creating_a_tracer_opens_nothing(tmp_path: Path) -> None:
+    threads = threading.active_count()
     t = rt.sync_tracer(f"{tmp_path}/x.jsonl")
     assert t.run_id is None and list(tmp_path.iterdir()) == []
+    assert threading.active_count() == threads
     with t:
         assert (tmp_path / "x.jsonl").exists()
 
 
-def test_emit_of_a_non_event_is_a_type_error() -> None:
-    with rt.sync_tracer("memory://") as t, pytest.raises(TypeError):
-        t.emit("attempt_dispatched")  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(("env", "enabled"), [(None, False), ("", False), ("null://", True)])
-def test_no_uri_reads_rollout_trace(
-    env: str | None, enabled: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if env is None:
-        monkeypatch.delenv("ROLLOUT_TRACE", raising=False)
-    else:
-        monkeypatch.setenv("ROLLOUT_TRACE", env)
-    with rt.sync_tracer() as t:
-        assert t.enabled is enabled
-        assert len(t.sinks) == int(enabled)
-
-
 @pytest.mark.usefixtures("plugins")
 def test_close_honours_its_deadline(trace_log: pytest.LogCaptureFixture) -> None:
-    t = rt.sync_tracer("slow://?delay=0.3", batch_size=1)
+    t = rt.sync_tracer("slow://?delay=0.6", batch_size=1)
     for i in range(50):
         t.emit(dispatched(i))
     start = time.monotonic()
-    t.close(timeout=1.0)
+    t.close(timeout=1.0)  # shorter than the tracer's close_timeout
     assert time.monotonic() - start < 1.8
-    assert any("took longer" in r.getMessage() for r in trace_log.records)
+    c = t.counts
+    assert c.emitted == 50 and c.dropped > 0 and c.written + c.dropped == 50, c
+    reports = [r.getMessage() for r in trace_log.records if "slow://" in r.getMessage()]
+    assert reports and all("deadline" in m for m in reports), reports
 
 
 def test_a_fork_that_runs_no_fork_hooks_is_detected(tmp_path: Path) -> None:
@@ -341,22 +309,23 @@ def test_a_fork_that_runs_no_fork_hooks_is_detected(tmp_path: Path) -> None:
     assert len(parent.events) == 100
 
 
-def test_emit_after_closing_a_tracer_that_never_opened_is_quiet() -> None:
-    t = rt.sync_tracer("memory://")
+def test_emit_after_closing_a_tracer_that_never_opened_opens_nothing(
+    tmp_path: Path, trace_log: pytest.LogCaptureFixture
+) -> None:
+    threads = threading.active_count()
+    t = rt.sync_tracer(f"{tmp_path}/t.jsonl")
     t.close()
-    t.emit(dispatched(0))  # once a RecursionError
-    assert t.counts == rt.TraceCounts()
-
-
-def test_an_emit_held_from_before_the_open_writes_into_the_run(tmp_path: Path) -> None:
-    path = tmp_path / "held.jsonl"
-    t = rt.sync_tracer(str(path))
-    emit = t.emit  # taken before the tracer opened
-    for i in range(5):
-        emit(dispatched(i))
-    t.close()
-    run = only_run(path.read_bytes())
-    assert run.closed is not None and run.closed["written"] == 5
+    t.emit(dispatched(0))  # once a RecursionError; a thread that emits late
+    try:
+        # Closed means closed: the emit is counted outside any run, and no
+        # run, file or thread is made for it.
+        assert t.run_id is None
+        assert list(tmp_path.iterdir()) == []
+        assert threading.active_count() == threads
+        assert t.counts == rt.TraceCounts(outside_run=1)
+        assert len(trace_log.records) == 1
+    finally:
+        t.close()
 
 
 @pytest.mark.timeout(120)
@@ -389,12 +358,3 @@ def test_a_multiprocessing_child_writes_its_run_and_closes_it(pause: float, tmp_
     assert proc.returncode == 0, proc.stderr
     child = only_run((tmp_path / f"{int(proc.stdout)}.jsonl").read_bytes())
     assert child.closed is not None and child.closed["written"] == 1000
-
-
-@pytest.mark.usefixtures("plugins")
-def test_a_frozen_event_is_a_type_error() -> None:
-    class Frozen(rt.Event, tag="frozen_sample", frozen=True):
-        x: int
-
-    with rt.sync_tracer("memory://") as t, pytest.raises(TypeError, match="frozen"):
-        t.emit(Frozen(x=1))

@@ -1,4 +1,7 @@
-"""Checks that a run's lines follow SPEC sections 1 and 2 exactly (shared by the tests)."""
+"""Checks that a run's lines follow README > Reference > Wire format and Lifecycle events exactly.
+
+Shared by the tests.
+"""
 
 from __future__ import annotations
 

@@ -296,7 +296,7 @@ class Tracer:
         if self._state is State.NEW:
             return True
         final = self._engine.final
-        return final is not None and final.dropped == 0
+        return final is not None and final.dropped == 0 and not any(t.error for t in final.sinks)
 
     async def aclose(self) -> None:
         """Write what is queued and ``trace_closed``, close the sinks, within ``close_timeout``.
@@ -372,6 +372,8 @@ class Tracer:
                         break
                     self._take(everything=self._due())
                     if self._orphaned_at is not None and self._orphan_expired():
+                        # The close waits for the pump to be done: it is.
+                        self._pump_done = True
                         await self._close_run()
                         break
             finally:

@@ -38,6 +38,14 @@ class EmitReport:
     def outside_run(self) -> int:
         return peek_count(self._outside)
 
+    def add_outside(self, n: int) -> None:
+        if n > 0:  # advance the count by n, in C
+            next(itertools.islice(self._outside, n - 1, n), None)
+
+    def quiet(self, kind: str) -> None:
+        """Say nothing more of ``kind`` (it was said another way)."""
+        self._said.add(kind)
+
     def _once(self, kind: str, message: str, *args: object) -> None:
         if kind not in self._said:
             self._said.add(kind)
@@ -45,7 +53,7 @@ class EmitReport:
 
     def new_run(self) -> None:
         """A new run says its own troubles again."""
-        self._said.discard("full")
+        self._said.clear()
 
     def full(self, buffer: int, run_id: str | None) -> None:
         # Said from the emit that dropped first, not from the writer: the

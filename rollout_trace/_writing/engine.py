@@ -163,9 +163,20 @@ class Engine:
             runner.hand(data, batch)
 
     def hand_uncounted(self, event: Event) -> None:
-        """Write a lifecycle event, which the counts leave out."""
+        """Write a lifecycle event, which the counts leave out; never raises."""
         event.run_id = self.run_id
-        data, _ = self._encoder.encode([event])
+        try:
+            data, bad = self._encoder.encode([event])
+        except Exception as exc:
+            data, bad = b"", [(event, f"{type(exc).__name__}: {exc}")]
+        if bad:
+            logger.error(
+                "rollout_trace: %s of run %s could not be encoded and is not written: %s",
+                type(event).__name__,
+                self.run_id,
+                bad[0][1],
+            )
+            return
         batch = Batch(0, _INF, self._add_written)
         for runner in self.runners:
             runner.hand(data, batch)
@@ -304,7 +315,7 @@ class Engine:
                 dropped=emitted - self.written - self.invalid,
                 invalid=self.invalid,
                 sinks=[
-                    SinkTally(uri=r.uri, written=r.written, error=r.error) for r in self.runners
+                    SinkTally(uri=r.uri, written=r.written, error=r.trouble) for r in self.runners
                 ],
             )
         return self.final

@@ -3,6 +3,13 @@
 Registered when the first tracer opens (or, for fork, when the first enabled
 sync tracer is built), so that importing the package, or running
 ``rollout-trace cost``, changes nothing in the process.
+
+Ray workers install a SIGTERM handler of their own before any actor code runs
+(``Worker.main_loop``), which is kept: it raises ``SystemExit``, so the runs
+close in the ``atexit`` hook, as they do after ``ray.actor.exit_actor()``,
+``actor.__ray_terminate__`` and an actor handle going out of scope. A force
+kill (``ray.kill``, and every actor whose owner exits, so at ``ray.shutdown()``
+too) ends the worker at once from Ray's C++ core: no Python code runs there.
 """
 
 from __future__ import annotations
@@ -13,14 +20,18 @@ import os
 import signal
 import sys
 import threading
+import time
 import weakref
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["track", "untrack", "track_enabled", "close_all"]
+__all__ = ["track", "untrack", "track_enabled", "close_all", "keep_signals_off_this_thread"]
 
 
 class _Closable(Protocol):
+    @property
+    def state(self) -> str: ...
+
     def close_blocking(self) -> None: ...
 
 
@@ -28,18 +39,26 @@ class _Forkable(Protocol):
     def after_fork(self) -> None: ...
 
 
-# Weak, so that a tracer nobody holds can still be collected.
-_open: weakref.WeakSet[Any] = weakref.WeakSet()
+# Weak, so that a tracer nobody holds can still be collected. Each open
+# tracer maps to the thread that opened it: an async tracer's event loop.
+_open: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _enabled: weakref.WeakSet[Any] = weakref.WeakSet()
-_lock = threading.Lock()
+# Reentrant: the SIGTERM handler may interrupt its own thread holding it.
+_lock = threading.RLock()
 _registered_in: list[int] = []  # the pid whose exit hooks are in place
 _fork_hook = [False]
 _sigterm = [False]  # decided: installed, or the program has its own handler
+_deferred_since: list[float] = []  # when the SIGTERM handler first had to wait
+_handling: list[str] = []  # "waiting" or "closing" while the SIGTERM handler runs
+# Frames of these modules are the tracers' own code.
+_WRITING = __name__.rpartition(".")[0] + "."
+_POLL = 0.005
 
 
 def track(tracer: _Closable) -> None:
     """``tracer`` has an open run, to close at exit or on SIGTERM."""
-    _open.add(tracer)
+    with _lock:
+        _open[tracer] = threading.get_ident()
     if not _sigterm[0]:
         _close_on_sigterm()
     pid = os.getpid()
@@ -54,7 +73,8 @@ def track(tracer: _Closable) -> None:
 
 
 def untrack(tracer: _Closable) -> None:
-    _open.discard(tracer)
+    with _lock:
+        _open.pop(tracer, None)
 
 
 def track_enabled(tracer: _Forkable) -> None:
@@ -65,27 +85,57 @@ def track_enabled(tracer: _Forkable) -> None:
         os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _tracked() -> list[tuple[Any, int]]:
+    with _lock:
+        return list(_open.items())
+
+
+def _close_timeout(tracer: Any) -> float:
+    timeout = getattr(getattr(tracer, "_config", None), "close_timeout", 10.0)
+    return float(timeout) if timeout < float("inf") else 10.0
+
+
 def close_all() -> None:
     """Close every open run, each within its own ``close_timeout``.
 
     Sync tracers begin closing all at once, so N tracers share their
-    deadlines rather than adding them up.
+    deadlines rather than adding them up. A close that another thread has
+    begun is waited for (within the tracer's ``close_timeout``): the process
+    must not end before it writes ``trace_closed``.
     """
-    tracers = list(_open)
-    begun = [(t, t.begin_close(None)) for t in tracers if hasattr(t, "begin_close")]
-    for tracer in tracers:
+    tracers = _tracked()
+    begun = [(t, t.begin_close(None)) for t, _ in tracers if hasattr(t, "begin_close")]
+    for tracer, _ in tracers:
         if not hasattr(tracer, "begin_close"):
             with contextlib.suppress(Exception):  # an exit hook must not raise
                 tracer.close_blocking()
     for tracer, mark in begun:
         if mark is not None:
             tracer.finish_close(mark)
+    _wait_for_closes_elsewhere(tracers)
+
+
+def _wait_for_closes_elsewhere(tracers: list[tuple[Any, int]]) -> None:
+    here = threading.get_ident()
+    alive = {t.ident for t in threading.enumerate()}
+    waiting = [
+        (tracer, time.monotonic() + _close_timeout(tracer))
+        for tracer, opener in tracers
+        # A sync tracer's close is driven by its writer thread; an async
+        # tracer's by its event loop, which must be running on another thread.
+        if hasattr(tracer, "begin_close") or (opener != here and opener in alive)
+    ]
+    for tracer, deadline in waiting:
+        while tracer.state == "closing" and time.monotonic() < deadline:
+            time.sleep(_POLL)
 
 
 def _after_fork_in_child() -> None:
     for tracer in list(_enabled):
         tracer.after_fork()
     _open.clear()
+    _deferred_since.clear()
+    _handling.clear()
 
 
 def _close_at_multiprocessing_exit() -> None:
@@ -97,10 +147,95 @@ def _close_at_multiprocessing_exit() -> None:
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    close_all()
-    # Then die of SIGTERM as the program would have: the exit status says so.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.raise_signal(signal.SIGTERM)
+    if _handling:
+        # Delivered again while the handler runs: a second SIGTERM while the
+        # runs close is one too many; a redelivery that came too early is kept.
+        if _handling[-1] == "waiting":
+            _redeliver_soon()
+        return
+    _handling.append("waiting")
+    try:
+        if _must_wait(frame) and _redeliver_soon():
+            return
+        _handling[-1] = "closing"
+        close_all()
+        # Then die of SIGTERM as the program would have: the exit status says so.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        # Still here: this thread blocks SIGTERM (the handler runs anyway, when
+        # another thread took the signal). To the process, then: any thread.
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        _handling.clear()
+
+
+def _redeliver_soon() -> bool:
+    """SIGTERM to the main thread again in a moment, once the handler has
+    returned (a signal raised in the handler itself would be handled in it)."""
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def redeliver() -> None:
+        keep_signals_off_this_thread()
+        time.sleep(_POLL)
+        signal.pthread_kill(main, signal.SIGTERM)
+
+    thread = threading.Thread(target=redeliver, name="rollout_trace sigterm", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # no thread can start (a limit, interpreter shutdown)
+        return False
+    return True
+
+
+# Signals a program catches, and that are sent to the process, not a thread.
+_ASYNC_SIGNALS = {
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGALRM", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+}
+
+
+def keep_signals_off_this_thread() -> None:
+    """Call first thing in every thread of the SDK's own.
+
+    The kernel hands a signal sent to the process to any thread that does
+    not block it. Python runs its handlers on the main thread only, and does
+    not wake it: a SIGTERM that lands on one of our threads while the main
+    thread sleeps or waits on a lock is handled when that wait ends, if ever.
+    Our threads never run a Python signal handler anyway.
+    """
+    if hasattr(signal, "pthread_sigmask"):
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+
+
+def _must_wait(frame: FrameType | None) -> bool:
+    """Whether closing now would break what this thread was doing.
+
+    The handler runs between two bytecodes of the main thread: inside an
+    emit or a batch hand-off, closing would find events in two places at
+    once (and write them twice); and a close under way on this thread's
+    event loop can only finish if the handler returns. Never for longer than
+    the tracers' close timeouts.
+    """
+    tracers = _tracked()
+    now = time.monotonic()
+    if not _deferred_since:
+        _deferred_since.append(now)
+    limit = max((_close_timeout(t) for t, _ in tracers), default=0.0) + 1.0
+    if now - _deferred_since[0] > limit:
+        return False
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name.startswith(_WRITING) and name != __name__:
+            return True
+        frame = frame.f_back
+    here = threading.get_ident()
+    return any(
+        opener == here and not hasattr(tracer, "begin_close") and tracer.state == "closing"
+        for tracer, opener in tracers
+    )
 
 
 def _close_on_sigterm() -> None:

@@ -139,6 +139,15 @@ class SinkRunner:
     def discard(self) -> None:
         self._calls.put(_DISCARD)
 
+    @property
+    def trouble(self) -> str | None:
+        """Why this sink holds less than the run wrote, if it does (``None``: it does not)."""
+        if self.error is not None:
+            return self.error
+        if self.lost:
+            return f"fell behind and lost {self.lost} events"
+        return None
+
     def check_stall(self, now: float, limit: float) -> None:
         """Give the sink up if one call has taken longer than ``limit`` seconds."""
         since = self.busy_since

@@ -1,7 +1,10 @@
 """The sync tracer: ``emit`` from any thread, one writer thread per run.
 
-The writer thread puts the events of all threads back in ``seq`` order and
-drives the same engine as the async tracer; the sinks write on threads of
+``emit`` stamps ``time`` and appends to a deque; the writer thread gives each
+event its ``seq`` in the order the deque received them, so a run's lines are
+in ``seq`` order however many threads emit (a thread preempted between
+taking a number and queueing its event can put nothing out of place), and
+drives the same engine as the async tracer. The sinks write on threads of
 their own, so a hung sink holds up neither the writer nor the other sinks.
 """
 
@@ -16,7 +19,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from itertools import repeat, starmap
-from operator import attrgetter
 from types import TracebackType
 from typing import Any
 
@@ -42,21 +44,16 @@ from .runner import FlushMark
 
 __all__ = ["SyncTracer", "sync_tracer"]
 
-_seq_of = attrgetter("seq")
-# How long the writer holds events back behind a seq that another thread has
-# taken but not yet queued (it was preempted in between): long enough for
-# that thread to get the GIL back (a few switch intervals of 5 ms).
-_HOLD = 0.1
-
 
 class _QueueMark:
     """Travels through the event queue. ``reached`` is set when the writer
-    gets to it, or when the writer ends first (then ``mark`` stays ``None``)."""
+    gets to it, or when the writer ends first (then ``mark`` stays ``None``);
+    ``boundary`` is then the seq the next event would get."""
 
     __slots__ = ("boundary", "deadline", "mark", "reached")
 
-    def __init__(self, boundary: int, deadline: float = math.inf) -> None:
-        self.boundary = boundary
+    def __init__(self, deadline: float = math.inf) -> None:
+        self.boundary = 0
         self.deadline = deadline
         self.mark: FlushMark | None = None
         self.reached = threading.Event()
@@ -64,60 +61,6 @@ class _QueueMark:
 
 class _CloseMark(_QueueMark):
     __slots__ = ()
-
-
-class _SeqOrder:
-    """Puts the events of many threads back in seq order before they are written.
-
-    A thread takes its seq and then appends; another thread may append many
-    events in between. Events past a missing seq wait (at most ``_HOLD``
-    seconds, or ``limit`` events) for it to arrive, so every line lands within
-    about a batch of its place. Seqs that were dropped are known missing.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.next = 1
-        self.held: list[Event] = []
-        self.held_since = 0.0
-        self.limit = limit
-        self.missing: set[int] = set()
-
-    def take(self, events: list[Event], *, force: bool = False) -> list[Event]:
-        pool = self.held + events if self.held else events
-        if not pool:
-            return pool
-        pool.sort(key=_seq_of)
-        expected = self.next
-        last = pool[-1].seq
-        if not self.missing and pool[0].seq == expected and last - expected + 1 == len(pool):
-            self.held = []
-            self.next = last + 1
-            return pool  # one thread, or no gap: all of it, in order
-        missing = self.missing
-        i = 0
-        for ev in pool:
-            seq = ev.seq
-            while seq > expected and expected in missing:
-                missing.discard(expected)
-                expected += 1
-            if seq > expected:
-                break
-            expected = max(expected, seq + 1)
-            i += 1
-        now = time.monotonic()
-        rest = pool[i:]
-        if rest and not self.held:
-            self.held_since = now
-        if rest and (force or len(rest) > self.limit or now - self.held_since > _HOLD):
-            i = len(pool)
-            expected = max(expected, last + 1)
-            rest = []
-        self.held = rest
-        self.next = expected
-        # Seqs below the next expected one cannot arrive any more.
-        if missing:
-            self.missing = {s for s in missing if s >= expected}
-        return pool[:i]
 
 
 class SyncTracer:
@@ -135,15 +78,14 @@ class SyncTracer:
     _pid: int
     _queue: deque[Event | _QueueMark]
     _marks: list[_QueueMark]
-    _dropped: deque[int]
-    _seq: itertools.count[int]
+    _drops: itertools.count[int]  # emits dropped at a full buffer (emitting threads)
+    _drops_folded: int  # ... of which the writer has given seqs
+    _next_seq: int  # the writer's
     _set_limit: Callable[[int], None]
-    _final_seq: float
     _wake_flag: threading.Event
     _opened: threading.Event
     _open_error: BaseException | None
     _thread: threading.Thread
-    _order: _SeqOrder
 
     def __init__(self, config: TracerConfig) -> None:
         self._config = config
@@ -186,12 +128,15 @@ class SyncTracer:
     def counts(self) -> TraceCounts:
         """This run's counts so far, as ``trace_closed`` gives them (zeros before the open)."""
         outside = self._report.outside_run
-        if self._state in (State.NEW, State.OPENING) or not hasattr(self, "_engine"):
+        if self._state is State.NEW or not hasattr(self, "_engine") or self._open_error:
             return TraceCounts(outside_run=outside)
-        emitted = peek_count(self._seq) - 1
-        if self._state is not State.OPEN:
-            emitted = min(emitted, int(self._final_seq) - 1)
-        return self._engine.counts(emitted, outside)
+        return self._engine.counts(self._emitted_so_far(), outside)
+
+    def _emitted_so_far(self) -> int:
+        # Read from any thread: the writer's numbers, the drops it has not
+        # numbered yet, and what waits in the queue (marks aside, rarely there).
+        unfolded = peek_count(self._drops) - self._drops_folded
+        return self._next_seq - 1 + unfolded + max(0, len(self._queue) - len(self._marks))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A tracer travels as its configuration and opens lazily where it lands,
@@ -216,7 +161,10 @@ class SyncTracer:
                 return self
             self._start(wait=True)
         # Not under the lock: the writer thread may need it to say it failed.
-        if self._open_error is None and not self._opened.wait(self._config.close_timeout * 2 + 1):
+        within = self._config.close_timeout * 2 + 1
+        if self._open_error is None and not self._opened.wait(
+            None if math.isinf(within) else within
+        ):
             # The sinks open on the writer thread, each within close_timeout.
             self._fail_open(SinkOpenError(", ".join(self._config.uris), "did not open in time"))
         if self._open_error is not None:
@@ -239,10 +187,9 @@ class SyncTracer:
     def _make_emit(self) -> tuple[Callable[[Event], None], Callable[[int], None]]:
         # Its twin is async_tracer.Tracer._make_emit: the stamping is written
         # out in both, as a shared helper would cost each emit a call. No
-        # lock: deque.append and next() on a count are atomic.
+        # lock: deque.append is atomic.
         queue = self._queue
         append = queue.append
-        next_seq = self._seq.__next__
         on_full = self._on_full
         batch_size = self._config.batch_size
         wake = self._wake
@@ -257,18 +204,18 @@ class SyncTracer:
             urgent = types.get(type(ev))
             if urgent is None:
                 raise not_an_event(ev)
-            if ev.seq >= 0:
+            if ev.time:
                 # Emitted before: the queued object keeps its own envelope.
                 ev = copy_event(ev)
             try:
                 ev.time = now()
-                ev.seq = next_seq()
             except AttributeError:
                 raise frozen_event(ev) from None
             n = len(queue)
             if n >= limit:
-                on_full(ev.seq)
+                on_full()
                 return
+            # The writer numbers events in the order they arrive here.
             append(ev)
             if n == 0 or n == batch_size or urgent:
                 wake(urgent)
@@ -279,13 +226,12 @@ class SyncTracer:
 
         return emit, set_limit
 
-    def _on_full(self, seq: int) -> None:
+    def _on_full(self) -> None:
         if self._state is State.OPEN:
-            # Dropped; its seq is the run's, so trace_closed counts it.
-            self._dropped.append(seq)
+            # Dropped; the writer gives it a seq of the run, never written,
+            # so trace_closed counts it.
+            next(self._drops)
             self._report.full(self._config.buffer, self.run_id)
-        elif seq < self._final_seq:
-            self._dropped.append(seq)  # raced the close: still the run's
         else:
             self._report.not_open(closed=True)
 
@@ -329,14 +275,13 @@ class SyncTracer:
         self._pid = engine.pid
         self._queue = deque()
         self._marks = []
-        self._dropped = deque()
-        self._seq = itertools.count(1)
-        self._final_seq = math.inf
+        self._drops = itertools.count()
+        self._drops_folded = 0
+        self._next_seq = 1
         self._wake_flag = threading.Event()
         self._urgent = False
         self._opened = threading.Event()
         self._open_error = None
-        self._order = _SeqOrder(self._config.buffer)
         self._report.new_run()
         self.run_id = engine.run_id
         self.emit, self._set_limit = self._make_emit()
@@ -366,8 +311,12 @@ class SyncTracer:
                 return
             self._open_error = exc
             self._state = State.CLOSED
-            self._final_seq = 0
             self._set_limit(0)
+            # The run never was: what was emitted into it belongs to no run.
+            queued = sum(1 for item in list(self._queue) if isinstance(item, Event))
+            self._report.add_outside(peek_count(self._drops) + queued)
+            self._report.quiet("closed")  # this was said already, as the open's failure
+            self._queue.clear()
             self.emit = self._emit_lazy
         hooks.untrack(self)
         self._release_marks()
@@ -384,7 +333,7 @@ class SyncTracer:
         if self._forked() or self._state is not State.OPEN:
             return self._settled()
         end = math.inf if timeout is None else time.monotonic() + timeout
-        mark = _QueueMark(peek_count(self._seq))
+        mark = _QueueMark()
         self._enqueue(mark)
         engine = self._engine
         if not engine.wait_event(mark.reached, end) or mark.mark is None:
@@ -400,7 +349,12 @@ class SyncTracer:
         if self._state is State.NEW:
             return True
         final = self._engine.final
-        return final is not None and final.dropped == 0 and self._open_error is None
+        return (
+            final is not None
+            and final.dropped == 0
+            and not any(t.error for t in final.sinks)
+            and self._open_error is None
+        )
 
     def close(self, timeout: float | None = None) -> None:
         """Write what is queued and ``trace_closed``, close the sinks; idempotent.
@@ -418,22 +372,25 @@ class SyncTracer:
             return None
         with self._lock:
             self._forked()
+            if self._state is State.NEW:
+                # Closed before it ever opened: a later emit opens nothing.
+                self._state = State.CLOSED
+                return None
             if self._state is not State.OPEN:
                 return None
-            self._state = State.CLOSING
-            # Every seq below this one was emitted in the run; later emits
+            # What was queued before the close mark is the run's; later emits
             # belong to no run.
-            self._final_seq = next(self._seq)
+            self._state = State.CLOSING
             self._set_limit(0)
             limit = self._config.close_timeout if timeout is None else timeout
-            mark = _CloseMark(int(self._final_seq), time.monotonic() + limit)
+            mark = _CloseMark(time.monotonic() + limit)
             self._enqueue(mark)
             return mark
 
     def finish_close(self, mark: _CloseMark) -> None:
         engine = self._engine
         if not engine.wait_event(mark.reached, mark.deadline):
-            engine.finalize(mark.boundary)
+            engine.finalize(mark.boundary or self._emitted_so_far() + 1)
             logger.warning(
                 "rollout_trace: closing run %s took longer than its deadline; what was not "
                 "written by then is lost and trace_closed may be missing",
@@ -504,14 +461,10 @@ class SyncTracer:
         wake = self._wake_flag
         queue = self._queue
         while True:
-            # Idle (nothing queued or held back): sleep until an emit wakes us.
-            timeout = interval if (queue or self._order.held) else None
-            wake.wait(timeout)
+            # Idle (nothing queued): sleep until an emit wakes us.
+            wake.wait(interval if queue else None)
             wake.clear()
-            if (
-                0 < len(queue) < self._config.batch_size
-                and not (self._order.held or self._urgent or self._marks)
-            ):
+            if 0 < len(queue) < self._config.batch_size and not (self._urgent or self._marks):
                 # A batch has started: give it the flush interval to fill up,
                 # unless it fills, an urgent event comes or a mark waits (a wake).
                 wake.wait(interval)
@@ -521,13 +474,21 @@ class SyncTracer:
             if close is not None:
                 return close
 
-    def _fold_dropped(self) -> None:
-        dropped = self._dropped
-        if not dropped:
-            return
-        seqs = list(starmap(dropped.popleft, repeat((), len(dropped))))
-        self._engine.note_lost(len(seqs), min(seqs))
-        self._order.missing.update(seqs)
+    def _fold_drops(self) -> None:
+        """Number the drops since the last drain: they came before what it holds."""
+        dropped = peek_count(self._drops) - self._drops_folded
+        if dropped:
+            self._drops_folded += dropped
+            self._engine.note_lost(dropped, self._next_seq)
+            self._next_seq += dropped
+
+    def _write(self, events: list[Event]) -> None:
+        seq = self._next_seq
+        for ev in events:
+            ev.seq = seq
+            seq += 1
+        self._next_seq = seq
+        self._engine.process(events)
 
     def _drain(self) -> _CloseMark | None:
         """Write everything queued; handle marks in order. Returns the close mark."""
@@ -537,13 +498,14 @@ class SyncTracer:
         while queue:
             # starmap runs popleft in C: a third of the cost of a comprehension.
             items: list[Any] = list(starmap(pop, repeat((), len(queue))))
-            self._fold_dropped()
+            self._fold_drops()
             start = 0
             for i, item in enumerate(items) if self._marks else ():
                 if not isinstance(item, _QueueMark):
                     continue
-                engine.process(self._order.take(items[start:i], force=True))
+                self._write(items[start:i])
                 start = i + 1
+                item.boundary = self._next_seq
                 if isinstance(item, _CloseMark):
                     self._late(items[start:])
                     return item
@@ -554,17 +516,13 @@ class SyncTracer:
                 with self._lock:
                     if item in self._marks:
                         self._marks.remove(item)
-            engine.process(self._order.take(items[start:]))
-        engine.process(self._order.take([]))
+            self._write(items[start:])
         return None
 
     def _late(self, items: list[Any]) -> None:
-        """Events queued behind the close mark: the run's but never written."""
+        """What was queued behind the close mark belongs to no run."""
         items += list(starmap(self._queue.popleft, repeat((), len(self._queue))))
-        self._fold_dropped()
-        late = [ev.seq for ev in items if isinstance(ev, Event) and ev.seq < self._final_seq]
-        if late:
-            self._engine.note_lost(len(late), min(late))
+        self._report.add_outside(sum(1 for item in items if isinstance(item, Event)))
         for item in items:
             if isinstance(item, _QueueMark):
                 item.reached.set()
@@ -572,6 +530,8 @@ class SyncTracer:
     def _close_run(self, mark: _CloseMark) -> None:
         engine = self._engine
         drive_blocking(engine, engine.closing(mark.boundary, mark.deadline))
+        # A drop that raced the close mark: after trace_closed's numbers.
+        self._report.add_outside(peek_count(self._drops) - self._drops_folded)
         mark.reached.set()
 
 

@@ -1,0 +1,12 @@
+"""Analysis: what a trace set says, computed from its events alone.
+
+Events come in from ``_reading`` (real classes, or ``lean`` ones for speed).
+``fold`` folds each run into the small state the figures need (``RunFold``);
+``cost`` feeds a trace set through it (``CostAnalysis``, ``restore_costs``)
+and pairs every run that begins with a restore with the run before it;
+``figures`` turns such a pair into a ``StopCost`` and holds the table of
+figures (``FIGURES``, ``FIGURE_ROWS``) that the command line and the timeline
+show. ``runstats`` keeps per-run counts, seqs and times for ``summary`` and
+``validate``; ``validate`` checks every line and run against the README's
+Reference and gives ``Finding``s.
+"""

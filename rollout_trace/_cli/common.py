@@ -1,0 +1,112 @@
+"""What the subcommands share: trace-set arguments, progress, and table layout."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import TextIO
+
+from .._reading.paths import expand_paths
+from .._reading.reader import Problems, iter_blocks
+from .._schema.decoding import UnknownEvent
+from .._schema.events import Event
+
+__all__ = ["add_paths", "blocks", "fmt_time", "fmt_num", "table"]
+
+# Progress is worth showing only when reading takes more than a moment.
+_PROGRESS_BYTES = 64 << 20
+_PROGRESS_EVERY_S = 0.25
+
+
+def add_paths(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATHS",
+        help="trace files (.jsonl, .jsonl.gz), globs such as 'runs/*.jsonl', or folders",
+    )
+
+
+class _Progress:
+    """``reading 120/800 MB`` on stderr, redrawn in place, when stderr is a terminal."""
+
+    def __init__(self, total: int, out: TextIO) -> None:
+        self.total = total
+        self.done = 0
+        self.out = out
+        self.next_draw = 0.0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now >= self.next_draw:
+            self.next_draw = now + _PROGRESS_EVERY_S
+            self.out.write(f"\rreading {self.done >> 20}/{self.total >> 20} MB")
+            self.out.flush()
+
+    def clear(self) -> None:
+        self.out.write("\r\033[K")
+        self.out.flush()
+
+
+def blocks(
+    paths: Sequence[str], problems: Problems, *, lean: bool = False
+) -> Iterator[tuple[str, list[Event | UnknownEvent], Sequence[int]]]:
+    """The trace set's event blocks, with progress on stderr for large inputs.
+
+    ``lean`` is for the cost analysis only: see ``_reading.reader.iter_blocks``.
+    """
+    files = expand_paths(paths)
+    total = sum(os.path.getsize(f) for f in files)
+    progress = None
+    if total >= _PROGRESS_BYTES and sys.stderr.isatty():
+        progress = _Progress(total, sys.stderr)
+    try:
+        yield from iter_blocks(files, problems, on_bytes=progress, lean=lean)
+    finally:
+        if progress is not None:
+            progress.clear()
+
+
+def fmt_time(t: float | None) -> str:
+    if t is None:
+        return "n/a"
+    try:
+        stamp = dt.datetime.fromtimestamp(t, tz=dt.timezone.utc)
+    except (OverflowError, ValueError, OSError):  # milliseconds, or no date at all
+        return f"{t:.3f} (not a date)"
+    return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def fmt_num(v: float | int | None, digits: int = 3) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return f"{v:,.{digits}f}"
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[int] = (),
+    indent: str = "",
+) -> str:
+    """Rows under headers, columns padded to line up; ``right`` columns align right."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)
+        ]
+        return (indent + "  ".join(parts)).rstrip()
+
+    rule = indent + "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])

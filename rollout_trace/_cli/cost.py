@@ -1,0 +1,116 @@
+"""``rollout-trace cost``: the restore-cost figures of every stop in a trace set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .._analysis.cost import CostAnalysis, gc_paused
+from .._analysis.figures import FIGURE_ROWS, FIGURES, StopCost
+from .._reading.reader import ReadProblem
+from .command import Command
+from .common import add_paths, blocks, fmt_num, fmt_time, table
+
+__all__ = ["COMMAND", "render"]
+
+_EPILOG = """\
+examples:
+  rollout-trace cost runs/*.jsonl
+  rollout-trace cost 'logs/**/rollout_trace*.jsonl.gz' --json > cost.json
+
+A stop is a run followed by a later run whose rollout work begins with
+restore_started. The exact rules for stops and the definition of every figure
+are in the README, section Reference > Restore-cost figures.
+
+Exit status (README, section Reference > Exit codes): 0 every figure computed,
+1 some figure could not be computed (shown as n/a, with the reason), 2 wrong
+usage or a missing file.
+"""
+
+# Every figure adds up over stops but the points in time and the step.
+_SUMMED = [f for f in FIGURES if f not in ("stop_time", "restored_step", "captured_at")]
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    add_paths(p)
+    p.add_argument("--json", action="store_true", help='print {"stops": [...]} as JSON')
+
+
+def _run(args: argparse.Namespace) -> int:
+    problems: list[ReadProblem] = []
+    analysis = CostAnalysis()
+    with gc_paused():
+        for _, events, _ in blocks(args.paths, problems, lean=True):
+            analysis.add(events)
+        stops = analysis.stops()
+    for p in problems:
+        print(f"rollout-trace: {p}", file=sys.stderr)
+    for note in analysis.notes:
+        print(f"rollout-trace: note: {note}", file=sys.stderr)
+    if args.json:
+        doc = {
+            "stops": [s.to_dict() for s in stops],
+            "reasons": [
+                {
+                    "stopped_run": s.stopped_run,
+                    "restored_run": s.restored_run,
+                    "figure": figure,
+                    "reason": reason,
+                }
+                for s in stops
+                for figure, reason in s.reasons.items()
+            ],
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render(stops))
+    return 1 if any(s.reasons for s in stops) else 0
+
+
+def _value(stop: StopCost, figure: str) -> str:
+    v = getattr(stop, figure)
+    if figure in ("stop_time", "captured_at"):
+        return fmt_time(v)
+    return fmt_num(v)
+
+
+def render(stops: list[StopCost]) -> str:
+    if not stops:
+        return "no stops: no run in the trace set begins with a restore"
+    out: list[str] = []
+    for i, stop in enumerate(stops, 1):
+        out.append(
+            f"stop {i} of {len(stops)}: run {stop.stopped_run} stopped; "
+            f"run {stop.restored_run} restored {stop.restore_path!r}"
+        )
+        rows = []
+        for figure, (unit, what) in FIGURE_ROWS.items():
+            note = what
+            if figure == "captured_at" and stop.captured_from:
+                note = f"{what} ({stop.captured_from})"
+            if figure in stop.reasons:
+                note = f"n/a: {stop.reasons[figure]}"
+            rows.append([figure, _value(stop, figure), unit, note])
+        out.append(table(["figure", "value", "unit", "meaning"], rows, right=[1], indent="  "))
+        out.append("")
+    totals = []
+    for figure in _SUMMED:
+        values = [getattr(s, figure) for s in stops]
+        known = [v for v in values if v is not None]
+        total = sum(known) if len(known) == len(values) else None
+        totals.append([figure, fmt_num(total), FIGURE_ROWS[figure][0]])
+    out.append(f"all {len(stops)} stop(s)")
+    out.append(table(["total", "value", "unit"], totals, right=[1], indent="  "))
+    return "\n".join(out)
+
+
+COMMAND = Command(
+    name="cost",
+    help="what each stop and restore cost (README: Reference > Restore-cost figures)",
+    description="Compute the restore-cost figures of every stop in a trace set.\n"
+    "Each figure is defined in the README, section Reference > Restore-cost figures.",
+    epilog=_EPILOG,
+    add_arguments=_add_arguments,
+    run=_run,
+)

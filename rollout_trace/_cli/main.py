@@ -1,0 +1,105 @@
+"""The ``rollout-trace`` command line: one parser built from ``COMMANDS``, and ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from .._errors import RolloutTraceError
+from .._version import __version__
+from . import cost, demo, summary, timeline, validate
+from .command import Command
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+# Every subcommand, in the order `rollout-trace --help` lists them. Adding one
+# is adding its `Command` here.
+COMMANDS: tuple[Command, ...] = (
+    cost.COMMAND,
+    summary.COMMAND,
+    validate.COMMAND,
+    timeline.COMMAND,
+    demo.COMMAND,
+)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser, and each subcommand's parser by name."""
+    parser = argparse.ArgumentParser(
+        prog="rollout-trace",
+        description="Read rollout traces and answer what a checkpoint stop and restore cost.",
+        epilog="The file format, the events, the figures and the exit codes are described "
+        "in the README, section Reference.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    for command in COMMANDS:
+        p = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description,
+            epilog=command.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.add_arguments(p)
+        parsers[command.name] = p
+    return parser, parsers
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; a wrong flag is reported with the usage of the parser it was given to.
+
+    argparse hands a subcommand's unknown flags up to the top-level parser,
+    which would print its own usage; here the subcommand's usage is printed.
+    """
+    parser, parsers = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        owner = parser
+        if args.command is not None:
+            # The top-level parser takes no value-taking option, so the first
+            # word equal to the command's name is where the subcommand begins.
+            before = words[: words.index(args.command)]
+            if not any(word in before for word in extra):
+                owner = parsers[args.command]
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        raise SystemExit(2)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``rollout-trace`` with ``argv`` (default: the process's); return the exit status."""
+    try:
+        args = _parse(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (status 2)
+        return exc.code if isinstance(exc.code, int) else 2
+    command = next(c for c in COMMANDS if c.name == args.command)
+    try:
+        return command.run(args)
+    except RolloutTraceError as exc:
+        print(f"rollout-trace {command.name}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `| head` closed the pipe: nothing more to say, and Python's own flush
+        # at exit must not fail either. Not 0: under `set -o pipefail` a
+        # failing validate must not pass.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except OSError as exc:  # a read that failed half way (a failing disk, NFS)
+        print(f"rollout-trace {command.name}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""Restore-cost figures, one hand-built scenario per rule.
+
+The rules are the README's, section Reference > Restore-cost figures.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scenario import (
+    abandon,
+    checkpoint,
+    disp,
+    interleave,
+    make_run,
+    refuse,
+    restore,
+    restored,
+    resume,
+    run_id,
+    seal,
+    snapshot,
+    step,
+    write,
+)
+
+import rollout_trace as rt
+from rollout_trace import read, restore_costs
+from rollout_trace._analysis.cost import CostAnalysis, group_runs
+from rollout_trace._reading.reader import iter_blocks
+
+# Run A opens at 100, publishes snapshot /s/1 (captured at 150) at 151 and
+# ends at 170; run B opens at 200 and restores /s/1 (step 2) from 210 to 215.
+END = (170.0, rt.WeightsSynced(weight_version=9))
+
+BASE: dict[str, Any] = {
+    "stopped_run": run_id(1),
+    "restored_run": run_id(2),
+    "stop_time": 170.0,
+    "downtime_s": 40.0,
+    "restore_s": 5.0,
+    "restored_step": 2,
+    "captured_at": 150.0,
+    "in_flight": 0,
+    "resumed": 0,
+    "restarted": 0,
+    "thrown_away_s": 0.0,
+    "redone": 0,
+    "redone_s": 0.0,
+    "lost_s": 0.0,
+    "lost_steps": 0,
+    "lost_steps_s": 70.0,  # no step_trained: stop minus A's trace_opened
+}
+
+
+def two_runs(
+    a_body: list[tuple[float, rt.Event]],
+    b_body: list[tuple[float, rt.Event]] = (),  # type: ignore[assignment]
+    *,
+    path: str = "/s/1",
+    finished: bool = True,
+) -> list[rt.Event]:
+    a = make_run(1, 100.0, [(151.0, snapshot(2, "/s/1", captured_at=150.0)), *a_body, END])
+    b_events = [(210.0, restore(path, 2))]
+    if finished:
+        b_events.append((215.0, restored(2)))
+    return a + make_run(2, 200.0, [*b_events, *b_body])
+
+
+SCENARIOS = [
+    pytest.param(
+        # A try open at the stop that B does not resume is restarted: its
+        # work from dispatch (160) to the stop (170) is thrown away.
+        two_runs([(160.0, disp(1, 0))]),
+        {"in_flight": 1, "restarted": 1, "thrown_away_s": 10.0, "lost_s": 10.0},
+        id="in-flight-restarted",
+    ),
+    pytest.param(
+        # B resumes the open try: in flight, resumed, nothing thrown away.
+        two_runs([(160.0, disp(1, 0))], [(216.0, resume(1, 0))]),
+        {"in_flight": 1, "resumed": 1},
+        id="in-flight-resumed",
+    ),
+    pytest.param(
+        # The try failed in A before the stop; B reporting it again as a
+        # restart must not make it count as thrown away.
+        two_runs(
+            [(160.0, disp(1, 0)), (161.0, abandon(1, 0, 0, "failed"))],
+            [(216.0, abandon(1, 0, 0, "restart"))],
+        ),
+        {},
+        id="failed-before-stop-then-restart",
+    ),
+    pytest.param(
+        # A prompt-group restart in B takes down every sibling of group 1:
+        # (1,0) was open (restarted), (1,1) sealed after the capture (redone),
+        # (1,2) had already failed (nothing). Each counts at most once.
+        two_runs(
+            [
+                (160.0, disp(1, 0)),
+                (161.0, disp(1, 1)),
+                (162.0, disp(1, 2)),
+                (163.0, abandon(1, 2, 0, "failed")),
+                (165.0, seal(1, 1)),
+            ],
+            [(216.0, abandon(1, g, 0, "whole_group")) for g in range(3)],
+        ),
+        {"in_flight": 1, "restarted": 1, "thrown_away_s": 10.0, "redone": 1, "redone_s": 4.0}
+        | {"lost_s": 14.0},
+        id="whole-group-restart",
+    ),
+    pytest.param(
+        # Sealed at 158, after the snapshot's capture at 150: B must do it again.
+        two_runs([(152.0, disp(1, 0)), (158.0, seal(1, 0))]),
+        {"redone": 1, "redone_s": 6.0, "lost_s": 6.0},
+        id="sealed-after-capture-redone",
+    ),
+    pytest.param(
+        # Sealed at 145, before the capture at 150: the result is in the snapshot.
+        two_runs([(140.0, disp(1, 0)), (145.0, seal(1, 0))]),
+        {},
+        id="sealed-before-capture-kept",
+    ),
+    pytest.param(
+        # A seal after the capture whose dispatch A never wrote (a dropped
+        # event): the sibling is redone, but how long it ran is unknown.
+        two_runs([(158.0, seal(1, 0))]),
+        {"redone": 1, "redone_s": None, "lost_s": None},
+        id="redone-without-dispatch",
+    ),
+    pytest.param(
+        # A refused try is not in flight.
+        two_runs([(160.0, disp(1, 0)), (161.0, refuse(1, 0))]),
+        {},
+        id="refused-not-in-flight",
+    ),
+    pytest.param(
+        # Attempt 0 failed, attempt 1 is open at the stop: thrown away from
+        # attempt 1's dispatch (164), not attempt 0's (160).
+        two_runs(
+            [(160.0, disp(1, 0, 0)), (162.0, abandon(1, 0, 0, "failed")), (164.0, disp(1, 0, 1))]
+        ),
+        {"in_flight": 1, "restarted": 1, "thrown_away_s": 6.0, "lost_s": 6.0},
+        id="retry-open-at-stop",
+    ),
+    pytest.param(
+        # A late seal of the old attempt 0 does not close the open attempt 1.
+        two_runs([(160.0, disp(1, 0, 0)), (162.0, disp(1, 0, 1)), (163.0, seal(1, 0, 0))]),
+        {"in_flight": 1, "restarted": 1, "thrown_away_s": 8.0, "lost_s": 8.0},
+        id="stale-seal-keeps-newer-attempt-open",
+    ),
+    pytest.param(
+        # Restored from a trainer checkpoint: captured_at is that event's time
+        # (148), so the seal at 160 is redone.
+        two_runs(
+            [(148.0, checkpoint(2, "/c/2")), (149.0, disp(1, 0)), (160.0, seal(1, 0))],
+            path="/c/2",
+        ),
+        {"captured_at": 148.0, "redone": 1, "redone_s": 11.0, "lost_s": 11.0},
+        id="trainer-checkpoint",
+    ),
+    pytest.param(
+        # Nothing in A has the restored path: captured_at and what needs it are null.
+        two_runs([(160.0, disp(1, 0))], path="/elsewhere"),
+        {"captured_at": None, "redone": None, "redone_s": None, "lost_s": None}
+        | {"in_flight": 1, "restarted": 1, "thrown_away_s": 10.0},
+        id="no-matching-snapshot",
+    ),
+    pytest.param(
+        # B never finished its restore.
+        two_runs([], finished=False),
+        {"restore_s": None},
+        id="no-restore-finished",
+    ),
+    pytest.param(
+        # Steps 3 and 4 were trained after the restored step 2; progress since
+        # step 2 (trained at 130) up to the stop (170) is lost.
+        two_runs([(120.0, step(1)), (130.0, step(2)), (140.0, step(3)), (160.0, step(4))]),
+        {"lost_steps": 2, "lost_steps_s": 40.0},
+        id="lost-steps",
+    ),
+]
+
+
+@pytest.mark.parametrize(("events", "changes"), SCENARIOS)
+def test_figures(events: list[rt.Event], changes: dict[str, Any]) -> None:
+    [stop] = restore_costs(events)
+    assert stop.to_dict() == pytest.approx(BASE | changes)
+    # Every null figure says why, and no other figure carries a reason.
+    assert set(stop.reasons) == {k for k, v in stop.to_dict().items() if v is None}
+
+
+def test_to_dict_keys_are_spec_names() -> None:
+    [stop] = restore_costs(two_runs([]))
+    assert list(stop.to_dict()) == list(BASE)
+
+
+def test_no_matching_snapshot_reason_names_path_and_run() -> None:
+    [stop] = restore_costs(two_runs([], path="/elsewhere"))
+    assert "/elsewhere" in stop.reasons["captured_at"]
+    assert run_id(1) in stop.reasons["captured_at"]
+
+
+def test_chain_of_two_stops() -> None:
+    # A -> B -> C. B resumes (1,0) at 216 and still has it open when it stops
+    # at 250; C restarts it, so the thrown-away time runs from B's resume.
+    a = make_run(
+        1,
+        100.0,
+        [(151.0, snapshot(2, "/s/1", 150.0)), (160.0, disp(1, 0)), (165.0, disp(2, 0)), END],
+    )
+    b = make_run(
+        2,
+        200.0,
+        [
+            (210.0, restore("/s/1", 2)),
+            (215.0, restored(2)),
+            (216.0, resume(1, 0)),
+            (230.0, snapshot(3, "/s/2", 229.0)),
+            (240.0, disp(3, 0)),
+            (245.0, seal(3, 0)),
+            (250.0, rt.WeightsSynced(weight_version=2)),
+        ],
+    )
+    c = make_run(3, 300.0, [(310.0, restore("/s/2", 3)), (311.0, restored(3))])
+    first, second = restore_costs(c + a + b)
+    assert (first.stopped_run, first.restored_run) == (run_id(1), run_id(2))
+    assert (first.in_flight, first.resumed, first.restarted) == (2, 1, 1)
+    assert first.thrown_away_s == pytest.approx(170.0 - 165.0)
+    assert (second.stopped_run, second.restored_run) == (run_id(2), run_id(3))
+    assert (second.in_flight, second.resumed, second.restarted) == (1, 0, 1)
+    assert second.thrown_away_s == pytest.approx(250.0 - 216.0)
+    assert (second.redone, second.redone_s) == (1, pytest.approx(5.0))
+    assert second.downtime_s == pytest.approx(60.0)
+
+
+def test_run_without_restore_is_no_stop() -> None:
+    a = make_run(1, 100.0, [(160.0, disp(1, 0))], closed=170.0)
+    b = make_run(2, 200.0, [(210.0, disp(1, 0))])
+    assert restore_costs(a + b) == []
+
+
+def test_runs_without_rollout_events_are_skipped() -> None:
+    # A side process that traces only its own lifecycle opens between A and B;
+    # B's stop is still measured against A.
+    a = two_runs([(160.0, disp(1, 0))])
+    side = make_run(7, 150.0, [], closed=205.0)
+    [stop] = restore_costs(side + a)
+    assert (stop.stopped_run, stop.in_flight) == (run_id(1), 1)
+
+
+def test_stop_time_is_last_event_by_seq_when_lines_are_shuffled() -> None:
+    events = two_runs([(160.0, disp(1, 0)), (162.0, seal(1, 0)), (163.0, disp(2, 0))])
+    a_len = next(i for i, ev in enumerate(events) if ev.run_id == run_id(2))
+    shuffled = events[:]
+    # Neighbouring lines swapped, as when threads emit at once.
+    shuffled[2], shuffled[3] = shuffled[3], shuffled[2]
+    shuffled[a_len - 1], shuffled[a_len - 2] = shuffled[a_len - 2], shuffled[a_len - 1]
+    assert restore_costs(shuffled) == restore_costs(events)
+
+
+def test_group_runs_orders_by_trace_opened_and_sorts_by_seq() -> None:
+    a = make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))])
+    b = make_run(2, 50.0, [(51.0, disp(2, 0))])
+    runs = group_runs(list(reversed(a)) + b)
+    assert [r.run_id for r in runs] == [run_id(2), run_id(1)]
+    assert [e.seq for e in runs[1].events] == [0, 1, 2]
+
+
+# --- property: random runs with stops and restores ---------------------------------
+
+KEYS = [(p, g) for p in range(3) for g in range(2)]
+
+
+@st.composite
+def trace_sets(draw: st.DrawFn) -> list[list[rt.Event]]:
+    """Runs of random attempt histories, later runs often restoring an earlier snapshot."""
+    runs: list[list[rt.Event]] = []
+    t = 100.0
+    snapshots: list[tuple[str, int, float]] = []
+    for n in range(draw(st.integers(2, 4))):
+        opened = t
+        body: list[tuple[float, rt.Event]] = []
+        if runs and draw(st.booleans()):
+            path, at_step, _ = draw(st.sampled_from(snapshots)) if snapshots else ("/none", 0, 0)
+            path = draw(st.sampled_from([path, "/unknown"]))
+            t += 1.0
+            body.append((t, restore(path, at_step)))
+            if draw(st.booleans()):
+                t += 1.0
+                body.append((t, restored(at_step)))
+        open_now: dict[tuple[int, int], int] = {}
+        # Older tries of a sibling that began and have not ended yet.
+        running: dict[tuple[int, int], list[int]] = {k: [] for k in KEYS}
+        tries = dict.fromkeys(KEYS, 100 * n)  # attempt numbers unique across runs
+        for _ in range(draw(st.integers(0, 25))):
+            t += draw(st.sampled_from([0.5, 1.0, 2.5]))
+            key = draw(st.sampled_from(KEYS))
+            op = draw(st.sampled_from(["disp", "disp", "end", "end", "stale", "resume", "misc"]))
+            if op == "disp" or (op == "end" and key not in open_now):
+                if key in open_now:
+                    running[key].append(open_now[key])
+                open_now[key] = tries[key]
+                tries[key] += 1
+                body.append((t, disp(*key, open_now[key])))
+            elif op == "end":
+                a = open_now.pop(key)
+                kind = draw(st.sampled_from(["seal", "seal", "fail", "refuse", "restart"]))
+                body.append((t, _end(kind, key, a)))
+            elif op == "stale" and running[key]:
+                # An older try of the sibling, superseded by a newer one,
+                # ends late (a slow seal, or a failure).
+                a = running[key].pop(draw(st.integers(0, len(running[key]) - 1)))
+                body.append((t, _end(draw(st.sampled_from(["seal", "fail"])), key, a)))
+            elif op == "resume":
+                a = draw(st.integers(0, 99))  # a try of an earlier run
+                if key in open_now:
+                    running[key].append(open_now[key])
+                open_now[key] = a
+                body.append((t, resume(*key, a)))
+            else:
+                s = draw(st.integers(0, 6))
+                body.append((t, step(s)))
+                if draw(st.booleans()):
+                    path = f"/s/{n}/{len(snapshots)}"
+                    captured = t - draw(st.sampled_from([0.0, 3.0, 7.5]))
+                    body.append((t, snapshot(s, path, captured)))
+                    snapshots.append((path, s, captured))
+                elif draw(st.booleans()):
+                    body.append((t, checkpoint(s, f"/c/{n}/{s}")))
+                    snapshots.append((f"/c/{n}/{s}", s, t))
+        closed = t + 1.0 if draw(st.booleans()) else None
+        runs.append(make_run(n + 1, opened, body, closed=closed))
+        t += 50.0
+    return runs
+
+
+def _end(kind: str, key: tuple[int, int], a: int) -> rt.Event:
+    if kind == "seal":
+        return seal(*key, a)
+    if kind == "refuse":
+        return refuse(*key, a)
+    return abandon(*key, a, "failed" if kind == "fail" else "restart")
+
+
+def _oracle(events: list[rt.Event]) -> list[dict[str, Any]]:
+    """The README's figure definitions read literally, over whole runs held in memory."""
+    out = []
+    prev = None
+    for run in group_runs(events):
+        rollout = [e for e in run.events if not isinstance(e, (rt.TraceOpened, rt.TraceClosed))]
+        if rollout and isinstance(rollout[0], rt.RestoreStarted) and prev is not None:
+            out.append(_oracle_stop(prev, run, rollout[0]))
+        if rollout:
+            prev = run
+    return out
+
+
+def _oracle_stop(a: Any, b: Any, rs: rt.RestoreStarted) -> dict[str, Any]:
+    starts: dict[tuple[Any, int, int], float] = {}  # (key, attempt) -> last start time
+    last: dict[Any, int] = {}  # key -> attempt of its last start
+    ended: set[tuple[Any, int]] = set()
+    seals: dict[Any, tuple[float, int]] = {}
+    for e in a.events:
+        if isinstance(e, (rt.AttemptDispatched, rt.AttemptResumed)):
+            k = (e.prompt_id, e.generation_index)
+            starts[(k, e.attempt)] = e.time
+            last[k] = e.attempt
+            ended.discard((k, e.attempt))
+        elif isinstance(e, (rt.AttemptSealed, rt.AttemptRefused, rt.AttemptAbandoned)):
+            k = (e.prompt_id, e.generation_index)
+            ended.add((k, e.attempt))
+            if isinstance(e, rt.AttemptSealed):
+                seals[k] = (e.time, e.attempt)
+    stop_time = a.events[-1].time
+    in_flight = {k: starts[(k, at)] for k, at in last.items() if (k, at) not in ended}
+    resumed_b = {
+        (e.prompt_id, e.generation_index) for e in b.events if isinstance(e, rt.AttemptResumed)
+    }
+    resumed = [k for k in in_flight if k in resumed_b]
+    snaps = {e.path: e.captured_at for e in a.events if isinstance(e, rt.SnapshotPublished)}
+    ckpts = {e.path: e.time for e in a.events if isinstance(e, rt.TrainerCheckpointPublished)}
+    captured = snaps.get(rs.path, ckpts.get(rs.path))
+    redone = redone_s = None
+    if captured is not None:
+        late = {k: v for k, v in seals.items() if k not in in_flight and v[0] > captured}
+        redone = len(late)
+        spans = [t - starts[(k, at)] if (k, at) in starts else None for k, (t, at) in late.items()]
+        redone_s = None if None in spans else sum(spans)  # type: ignore[arg-type]
+    thrown = sum(stop_time - t for k, t in in_flight.items() if k not in resumed_b)
+    steps = [e for e in a.events if isinstance(e, rt.StepTrained)]
+    kept = [e.time for e in steps if e.step <= rs.step]
+    finished = [e.time for e in b.events if isinstance(e, rt.RestoreFinished)]
+    return {
+        "stopped_run": a.run_id,
+        "restored_run": b.run_id,
+        "stop_time": stop_time,
+        "downtime_s": rs.time - stop_time,
+        "restore_s": finished[0] - rs.time if finished else None,
+        "restored_step": rs.step,
+        "captured_at": captured,
+        "in_flight": len(in_flight),
+        "resumed": len(resumed),
+        "restarted": len(in_flight) - len(resumed),
+        "thrown_away_s": thrown,
+        "redone": redone,
+        "redone_s": redone_s,
+        "lost_s": None if redone_s is None else thrown + redone_s,
+        "lost_steps": sum(e.step > rs.step for e in steps),
+        "lost_steps_s": stop_time - (kept[-1] if kept else a.opened_at),
+    }
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs=trace_sets(), seed=st.integers(0, 2**16))
+def test_property_layouts_agree_with_the_spec(runs: list[list[rt.Event]], seed: int) -> None:
+    expected = _oracle([e for r in runs for e in r])
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        one = write(folder / "one.jsonl", [e for r in runs for e in r])
+        per_run = [write(folder / f"run-{i}.jsonl.gz", r, gz=True) for i, r in enumerate(runs)]
+        mixed = write(folder / "mixed.jsonl", interleave(runs, seed))
+        layouts = {
+            "one file": [str(one)],
+            "file per run": [str(p) for p in reversed(per_run)],
+            "interleaved": [str(mixed)],
+        }
+        for name, paths in [*layouts.items(), ("lean decoding", [str(mixed)])]:
+            if name == "lean decoding":
+                # The command line decodes into the slim classes of _reading.lean.
+                analysis = CostAnalysis()
+                for _, events, _ in iter_blocks(paths, lean=True):
+                    analysis.add(events)
+                stops = analysis.stops()
+            else:
+                stops = restore_costs(read(paths))
+            got = [s.to_dict() for s in stops]
+            assert len(got) == len(expected), name
+            for g, e in zip(got, expected, strict=True):
+                assert g == pytest.approx(e), name
+            for s in stops:
+                # Each sibling counts at most once: in flight (resumed or
+                # restarted) or redone, never both.
+                assert s.resumed + s.restarted == s.in_flight
+                assert s.in_flight + (s.redone or 0) <= len(KEYS)

@@ -1,0 +1,337 @@
+"""The timeline's trace-event document (Perfetto / chrome://tracing) and the CLI around it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import timeline_data as td
+from scenario import disp, make_run, seal, write
+
+import rollout_trace as rt
+from rollout_trace._cli.main import main
+from rollout_trace._timeline.model import Attempt, pack_lanes
+
+EXAMPLE = Path(__file__).parents[1] / "data" / "example"
+
+# The trace viewer's reserved colour names (catapult's color_scheme).
+RESERVED_CNAMES = frozenset(
+    [
+        "thread_state_uninterruptible",
+        "thread_state_iowait",
+        "thread_state_running",
+        "thread_state_runnable",
+        "thread_state_sleeping",
+        "thread_state_unknown",
+        "background_memory_dump",
+        "light_memory_dump",
+        "detailed_memory_dump",
+        "vsync_highlight_color",
+        "generic_work",
+        "good",
+        "bad",
+        "terrible",
+        "black",
+        "grey",
+        "white",
+        "yellow",
+        "olive",
+        "rail_response",
+        "rail_animation",
+        "rail_idle",
+        "rail_load",
+        "startup",
+        "heap_dump_stack_frame",
+        "heap_dump_object_type",
+        "heap_dump_child_node_arrow",
+        "cq_build_running",
+        "cq_build_passed",
+        "cq_build_failed",
+        "cq_build_abandoned",
+        "cq_build_attempt_runnig",
+        "cq_build_attempt_passed",
+        "cq_build_attempt_failed",
+    ]
+)
+
+
+def check_trace_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Assert the rules of the trace-event format that the timeline relies on."""
+    assert isinstance(doc["traceEvents"], list)
+    json.dumps(doc, allow_nan=False)  # plain JSON: no NaN or infinity
+    for ev in doc["traceEvents"]:
+        for key in ("ph", "ts", "pid", "tid", "name"):
+            assert key in ev, (key, ev)
+        assert isinstance(ev["pid"], int) and isinstance(ev["tid"], int), ev
+        assert isinstance(ev["ts"], (int, float)) and ev["ts"] >= 0, ev
+        assert ev["ph"] in ("X", "i", "M"), ev
+        if ev["ph"] == "X":
+            assert isinstance(ev["dur"], (int, float)) and ev["dur"] >= 0, ev
+        if ev["ph"] == "i":
+            assert ev["s"] in ("g", "p", "t"), ev
+        if ev["ph"] == "M":
+            assert ev["name"] in (
+                "process_name",
+                "process_sort_index",
+                "process_labels",
+                "thread_name",
+                "thread_sort_index",
+            ), ev
+        if "cname" in ev:
+            assert ev["cname"] in RESERVED_CNAMES, ev
+    events: list[dict[str, Any]] = doc["traceEvents"]
+    return events
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return rt.timeline_document(td.every_kind())
+
+
+def test_document_follows_the_trace_event_rules(doc: dict[str, Any]) -> None:
+    events = check_trace_events(doc)
+    # Relative to the earliest event: run A's trace_opened is at 0.
+    assert min(e["ts"] for e in events if e["ph"] != "M") == 0
+
+
+def test_every_event_type_of_the_fixture_is_drawn(doc: dict[str, Any]) -> None:
+    tags = {type(e).__struct_config__.tag for e in td.every_kind() if isinstance(e, rt.Event)}
+    # The tags an event type shows up under in the document (category or name).
+    drawn = {e.get("cat") for e in doc["traceEvents"]} | {e["name"] for e in doc["traceEvents"]}
+    shows_as = {
+        "trace_opened": "opened",
+        "trace_closed": "closed",
+        "group_reserved": "group reserved",
+        "group_admitted": "group admitted",
+        "group_sealed": "group sealed",
+        "group_discarded": "group discarded",
+        "attempt_dispatched": "attempt",
+        "attempt_sealed": "sealed",
+        "attempt_refused": "refused",
+        "attempt_resumed": "attempt",
+        "attempt_abandoned": "failed",
+        "step_trained": "step",
+        "weights_synced": "weights",
+        "trainer_checkpoint_published": "checkpoint",
+        "snapshot_published": "snapshot",
+        "restore_started": "restore",
+        "restore_finished": "restore",
+    }
+    assert tags <= set(shows_as), tags - set(shows_as)
+    assert {shows_as[t] for t in tags} <= drawn
+    assert "gpu_memory_sampled" in drawn  # an event with no class is kept too
+
+
+def _attempts(doc: dict[str, Any]) -> dict[tuple[int, object, int], dict[str, Any]]:
+    return {
+        (e["pid"], e["args"]["prompt_id"], e["args"]["generation_index"]): e
+        for e in doc["traceEvents"]
+        if e.get("cat") == "attempt"
+    }
+
+
+@pytest.mark.parametrize(
+    ("pid", "prompt", "gen", "name", "cname", "ts_s", "dur_s", "extra"),
+    [
+        # sealed: dispatched at +1.5 s, sealed at +4 s
+        (1, 1, 0, "sealed", "good", 1.5, 2.5, {}),
+        # abandoned reasons are outcomes of their own
+        (1, 1, 1, "failed", "terrible", 1.5, 3.5, {"reason": "failed"}),
+        (1, 1, 2, "dropped", "generic_work", 1.5, 4.0, {"reason": "dropped"}),
+        (1, 1, 3, "cancelled", "yellow", 1.5, 4.5, {"reason": "cancelled"}),
+        (1, 1, 4, "refused", "olive", 1.5, 5.0, {"reason": "stale"}),
+        (1, 1, 5, "whole_group", "detailed_memory_dump", 1.5, 5.5, {"reason": "whole_group"}),
+        # open at the stop (A's last event, +20 s); B resumed (2, 0) and restarted (2, 1)
+        (
+            1,
+            2,
+            0,
+            "in flight at stop",
+            "thread_state_runnable",
+            10.0,
+            10.0,
+            {"after_stop": "resumed"},
+        ),
+        (
+            1,
+            2,
+            1,
+            "in flight at stop",
+            "thread_state_runnable",
+            11.0,
+            9.0,
+            {"after_stop": "restart"},
+        ),
+        # B: the resume starts the attempt at +35 s; it seals at +38 s
+        (2, 2, 0, "sealed", "good", 35.0, 3.0, {"resumed_from_turn": 1}),
+        # B restarts a try A started: no length, and says so
+        (2, 2, 1, "restarted", "thread_state_iowait", 35.0, 0.0, {"started": "earlier run"}),
+    ],
+)
+def test_attempt_is_a_complete_event_by_outcome(
+    doc: dict[str, Any],
+    pid: int,
+    prompt: int,
+    gen: int,
+    name: str,
+    cname: str,
+    ts_s: float,
+    dur_s: float,
+    extra: dict[str, Any],
+) -> None:
+    ev = _attempts(doc)[(pid, prompt, gen)]
+    assert (ev["ph"], ev["name"], ev["cname"]) == ("X", name, cname)
+    assert ev["ts"] == pytest.approx(ts_s * 1e6) and ev["dur"] == pytest.approx(dur_s * 1e6)
+    assert ev["args"]["group_id"] == "grp-1" and ev["args"]["attempt"] == 0
+    for key, value in extra.items():
+        assert key in ev["args"] and str(value) in str(ev["args"][key]), (key, ev["args"])
+
+
+def test_one_process_per_run_named_by_host_pid_and_run(doc: dict[str, Any]) -> None:
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert set(names) == {1, 2}
+    assert names[1].startswith("node-1 pid 1000 run 00000000") and "no trace_closed" in names[1]
+    assert names[2].startswith("node-1 pid 2000") and "closed cleanly" in names[2]
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["name"] == "thread_name"
+    }
+    # Every track that holds an event has a name.
+    used = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e["ph"] != "M"}
+    assert used <= set(threads)
+
+
+def test_marks_restore_and_stop(doc: dict[str, Any]) -> None:
+    by_name = {e["name"]: e for e in doc["traceEvents"] if e["ph"] != "M"}
+    snap, captured = by_name["snapshot step 1"], by_name["snapshot step 1 captured"]
+    assert snap["ts"] == 12e6 and captured["ts"] == 9.5e6
+    assert snap["args"]["captured_at"] == td.T0 + 9.5 and snap["args"]["path"] == "/ckpt/s1"
+    assert by_name["checkpoint step 1"]["args"] == {"step": 1, "path": "/ckpt/t1"}
+    restore = by_name["restore"]
+    assert (restore["ph"], restore["pid"], restore["ts"], restore["dur"]) == ("X", 2, 32e6, 3e6)
+    stop = by_name["stop 1"]
+    assert (stop["ph"], stop["pid"], stop["ts"]) == ("i", 1, 20e6)
+    cost = rt.restore_costs(td.every_kind())[0]
+    for figure, value in cost.to_dict().items():
+        assert stop["args"][figure] == value, figure
+    down = by_name["downtime (stop 1)"]
+    assert (down["pid"], down["ts"], down["dur"]) == (2, 20e6, 12e6)
+
+
+@pytest.mark.parametrize(
+    ("spans", "lanes"),
+    [
+        ([(0, 1), (2, 3), (4, 5)], 1),  # one after another: one lane
+        ([(0, 10), (1, 2), (3, 4)], 2),  # the second lane is reused once free
+        ([(0, 5), (0, 5), (0, 5)], 3),  # all at once: one lane each
+        ([(0, 1), (1, 2)], 2),  # touching at a point: kept apart, so neither hides
+        ([(3, 3), (3, 8)], 2),  # a try of no length at another's start stays visible
+        ([], 0),
+    ],
+)
+def test_lanes_are_as_many_as_attempts_at_once(spans: list[tuple[int, int]], lanes: int) -> None:
+    attempts = [
+        Attempt(float(s), float(e), "sealed", "g", 1, i, 0) for i, (s, e) in enumerate(spans)
+    ]
+    assert pack_lanes(attempts) == lanes
+    for a in attempts:
+        for b in attempts:
+            if a is not b and a.lane == b.lane:
+                assert a.end < b.start or b.end < a.start
+
+
+def test_example_trace_set(tmp_path: Path) -> None:
+    doc = rt.timeline_document(rt.read(EXAMPLE))
+    events = check_trace_events(doc)
+    attempts = [e for e in events if e.get("cat") == "attempt"]
+    dispatched = sum(isinstance(e, rt.AttemptDispatched) for e in rt.read(EXAMPLE))
+    assert len(attempts) >= dispatched
+    assert {e["name"] for e in attempts} >= {"sealed", "failed", "in flight at stop"}
+
+
+# --- the command line ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".json", ".JSON", ".html"])
+def test_cli_writes_the_kind_its_suffix_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    trace = write(tmp_path / "t.jsonl", td.every_kind()[:-1])
+    out = tmp_path / f"timeline{suffix}"
+    assert main(["timeline", str(trace), "-o", str(out)]) == 0
+    data = out.read_text()
+    if suffix.lower() == ".json":
+        check_trace_events(json.loads(data))
+    else:
+        assert data.startswith("<!DOCTYPE html>")
+    assert f"wrote {out}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("out", "named"),
+    [
+        ("timeline.png", "suffix '.png'"),  # a suffix of another kind
+        ("timeline.jsonl", "suffix '.jsonl'"),  # near miss
+        ("timeline", "no suffix"),  # none at all
+    ],
+)
+def test_cli_refuses_other_suffixes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, named: str
+) -> None:
+    trace = write(tmp_path / "t.jsonl", td.every_kind()[:-1])
+    assert main(["timeline", str(trace), "-o", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err
+    assert named in err and ".json" in err and ".html" in err
+    assert not (tmp_path / out).exists()
+
+
+def test_cli_reports_problems_and_missing_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = write(
+        tmp_path / "t.jsonl", make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))])
+    )
+    with trace.open("ab") as f:
+        f.write(b'{"event":"attempt_sealed","time":1')  # a torn last line
+    out = tmp_path / "t.json"
+    assert main(["timeline", str(trace), "-o", str(out)]) == 0
+    assert "torn last line" in capsys.readouterr().err
+    assert (
+        len([e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "attempt"])
+        == 1
+    )
+    assert main(["timeline", str(tmp_path / "missing.jsonl"), "-o", str(out)]) == 2
+    assert "no such trace file" in capsys.readouterr().err
+    assert main(["timeline", str(trace)]) == 2  # -o is required
+
+
+# --- scale ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    events = td.many_attempts(100_000)
+    return write(tmp_path_factory.mktemp("big") / "big.jsonl", events)
+
+
+@pytest.mark.slow
+def test_100k_attempts_all_in_the_json(big_trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "big.json"
+    assert main(["timeline", str(big_trace), "-o", str(out)]) == 0
+    doc = json.loads(out.read_bytes())
+    attempts = [e for e in doc["traceEvents"] if e.get("cat") == "attempt"]
+    assert len(attempts) == doc["otherData"]["attempts"] >= 100_000
+    assert all(e["dur"] >= 0 and not math.isnan(e["ts"]) for e in attempts)
+
+
+@pytest.mark.slow
+def test_100k_attempts_html_stays_small(big_trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "big.html"
+    assert main(["timeline", str(big_trace), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert len(page.encode()) < 3_000_000
+    assert "are merged per pixel column" in page and "has every attempt" in page
