@@ -90,3 +90,16 @@ __all__ = [
     "timeline_document",
     "timeline_html",
 ]
+
+
+def _pin_public_names() -> None:
+    # Public names live at the package, as httpx and anyio pin theirs: pickles,
+    # reprs and tracebacks carry `rollout_trace.Tracer`, and moving a private
+    # module later breaks nobody. Data (`__version__`) has no module to pin.
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith("rollout_trace."):
+            obj.__module__ = __name__
+
+
+_pin_public_names()

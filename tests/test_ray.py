@@ -1,15 +1,39 @@
-"""Tracers shipped to real Ray actors through their constructors (a local cluster)."""
+"""Tracers shipped to real Ray actors through their constructors (a local cluster).
+
+How a Ray worker ends decides whether its runs close (Ray 2.60, read in
+``ray/_private/worker.py``, ``ray/actor.py`` and the workers' own logs):
+
+- ``ray.actor.exit_actor()``, ``actor.__ray_terminate__``, an actor handle
+  going out of scope, and SIGTERM to the worker are graceful: Ray's own SIGTERM
+  handler (``Worker.main_loop``, installed before any actor code runs and never
+  replaced by ours) raises ``SystemExit``; the actor's ``__ray_shutdown__``
+  runs, then the interpreter exits and runs ``atexit`` hooks, ours too. By
+  then an async actor's event loop is stopped and its thread joined.
+- ``ray.kill()`` and an owner that exits (the driver at ``ray.shutdown()``, or
+  at its own exit) are force kills: the worker's C++ core ends the process
+  at once ("Force kill actor request has received. exiting immediately"),
+  with no Python code run, so no run can write ``trace_closed`` there. End
+  actors gracefully before ``ray.shutdown()``.
+"""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tracecheck import check_runs, only_run
 
 import rollout_trace as rt
 
@@ -20,14 +44,20 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 N = 2_000
 
 
+# The workers import the package these tests import (a checkout other than
+# the installed one, too), and the tests' helpers.
+_PYTHONPATH = os.pathsep.join(
+    [str(Path(rt.__file__).resolve().parent.parent), str(Path(__file__).parent)]
+)
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
-    tests_dir = str(Path(__file__).parent)
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": tests_dir}},
+        runtime_env={"env_vars": {"PYTHONPATH": _PYTHONPATH}},
     )
     try:
         yield
@@ -139,3 +169,215 @@ def test_the_environment_switches_tracing_on_for_an_actor(tmp_path: Path) -> Non
     assert ray.get(worker.work.remote()) is True
     names = [json.loads(line)["event"] for line in target.read_bytes().splitlines()]
     assert names == ["trace_opened", "weights_synced", "trace_closed"]
+
+
+# --- how an actor ends, and whether its run closes -------------------------------
+
+
+def _emit(t: rt.Tracer | rt.SyncTracer, lane: int, n: int) -> None:
+    for i in range(n):
+        t.emit(
+            rt.AttemptDispatched(
+                group_id=f"lane{lane}",
+                prompt_id=i,
+                generation_index=lane,
+                attempt=0,
+                weight_version=0,
+            )
+        )
+
+
+@ray.remote(max_concurrency=2)
+class ThreadedController:
+    """A threaded actor that opens its sync tracer in ``__init__`` (the worker's
+    main thread) and emits from two calls at once."""
+
+    def __init__(self, tracer: rt.SyncTracer) -> None:
+        self.tracer = tracer.open()
+
+    def work(self, lane: int, n: int) -> dict[str, Any]:
+        _emit(self.tracer, lane, n)
+        handler = signal.getsignal(signal.SIGTERM)
+        return {
+            "pid": os.getpid(),
+            "run_id": self.tracer.run_id,
+            "flushed": self.tracer.flush(timeout=30),
+            "sigterm": f"{handler.__module__}.{handler.__qualname__}",  # type: ignore[union-attr]
+        }
+
+    def exit(self) -> None:
+        ray.actor.exit_actor()
+
+
+@ray.remote
+class AsyncController:
+    """An async actor that holds an async tracer open across calls, as a
+    controller would: opened by one call, used by the next ones."""
+
+    def __init__(self, tracer: rt.Tracer) -> None:
+        self.tracer = tracer
+        self._stack = contextlib.AsyncExitStack()
+
+    async def start(self) -> None:
+        await self._stack.enter_async_context(self.tracer)
+
+    async def work(self, lane: int, n: int) -> dict[str, Any]:
+        _emit(self.tracer, lane, n)
+        return {
+            "pid": os.getpid(),
+            "run_id": self.tracer.run_id,
+            "flushed": await self.tracer.flush(),
+        }
+
+    async def exit(self) -> None:
+        ray.actor.exit_actor()
+
+
+@ray.remote
+class AsyncSyncController:
+    """An async actor with a sync tracer opened in ``__init__`` (which runs on
+    the actor's event loop thread, not the worker's main thread)."""
+
+    def __init__(self, tracer: rt.SyncTracer) -> None:
+        self.tracer = tracer.open()
+
+    async def work(self, lane: int, n: int) -> dict[str, Any]:
+        _emit(self.tracer, lane, n)
+        return {"pid": os.getpid(), "run_id": self.tracer.run_id, "flushed": self.tracer.flush(30)}
+
+    async def exit(self) -> None:
+        ray.actor.exit_actor()
+
+
+def _wait_gone(pid: int, timeout: float = 60.0) -> None:
+    """Until the worker process has ended (Ray's raylet reaps it)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        except OSError:  # no /proc: ask the process
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"worker {pid} did not end within {timeout:g} s")
+
+
+def _start_controllers(uri: str, n: int) -> tuple[list[Any], list[dict[str, Any]]]:
+    actors = [
+        ThreadedController.remote(rt.sync_tracer(uri)),  # type: ignore[attr-defined]
+        AsyncController.remote(rt.tracer(uri)),  # type: ignore[attr-defined]
+        AsyncSyncController.remote(rt.sync_tracer(uri)),  # type: ignore[attr-defined]
+    ]
+    ray.get(actors[1].start.remote())
+    lanes = [ray.get([a.work.remote(lane, n) for lane in (0, 1)]) for a in actors]
+    infos = []
+    for (first, second), name in zip(lanes, ("threaded", "async", "async-sync"), strict=True):
+        assert first["pid"] == second["pid"] and first["run_id"] == second["run_id"]
+        assert first["flushed"] and second["flushed"], name
+        infos.append({**first, "name": name})
+    return actors, infos
+
+
+def _check_closed(tmp_path: Path, infos: list[dict[str, Any]], n: int) -> None:
+    for info in infos:
+        path = tmp_path / f"{info['run_id']}.jsonl"
+        run = only_run(path.read_bytes())  # each seq once; trace_closed's counts == lines
+        assert run.closed is not None, f"{info['name']}: no trace_closed"
+        assert run.closed["written"] == 2 * n, info["name"]
+        assert run.opened["pid"] == info["pid"]
+
+
+@pytest.mark.usefixtures("cluster")
+@pytest.mark.parametrize("how", ["exit_actor", "ray_terminate", "sigterm"])
+def test_an_actor_that_ends_gracefully_closes_its_run(how: str, tmp_path: Path) -> None:
+    n = 500
+    actors, infos = _start_controllers(f"jsonl://{tmp_path}/{{run_id}}.jsonl", n)
+    # Ray's own SIGTERM handler is in place in the worker, and stays.
+    assert infos[0]["sigterm"] == "ray._private.worker.Worker.main_loop.<locals>.sigterm_handler"
+    for actor, info in zip(actors, infos, strict=True):
+        if how == "exit_actor":
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(actor.exit.remote(), timeout=60)
+        elif how == "ray_terminate":
+            actor.__ray_terminate__.remote()
+        else:
+            os.kill(info["pid"], signal.SIGTERM)  # what Kubernetes and SLURM send first
+    for info in infos:
+        _wait_gone(info["pid"])
+    _check_closed(tmp_path, infos, n)
+
+
+@pytest.mark.usefixtures("cluster")
+def test_ray_kill_ends_an_actor_with_no_python_run(tmp_path: Path) -> None:
+    # Documented as such ("atexit handlers installed in the actor will not be
+    # run"): what was flushed is there, trace_closed cannot be.
+    n = 200
+    actor = ThreadedController.remote(rt.sync_tracer(f"jsonl://{tmp_path}/{{run_id}}.jsonl"))  # type: ignore[attr-defined]
+    info = ray.get(actor.work.remote(0, n))
+    assert info["flushed"]
+    ray.kill(actor, no_restart=True)
+    _wait_gone(info["pid"])
+    run = only_run((tmp_path / f"{info['run_id']}.jsonl").read_bytes())
+    assert run.closed is None and len(run.events) == n
+
+
+_SHUTDOWN_DRIVER = """
+import json, os, sys, time
+import ray
+import rollout_trace as rt
+from test_ray import ThreadedController, AsyncController, _emit, _wait_gone
+
+out = sys.argv[1]
+ray.init(
+    address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+    runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}},
+)
+uri = f"jsonl://{out}/{{run_id}}.jsonl"
+ended = [ThreadedController.remote(rt.sync_tracer(uri)), AsyncController.remote(rt.tracer(uri))]
+left = [ThreadedController.remote(rt.sync_tracer(uri)), AsyncController.remote(rt.tracer(uri))]
+ray.get([ended[1].start.remote(), left[1].start.remote()])
+infos = {}
+for group, actors in (("ended", ended), ("left", left)):
+    infos[group] = [ray.get(a.work.remote(0, 100)) for a in actors]
+# The way to close them: end them gracefully, then shut down.
+for actor in ended:
+    actor.__ray_terminate__.remote()
+for info in infos["ended"]:
+    _wait_gone(info["pid"])
+ray.shutdown()
+for info in infos["left"]:
+    _wait_gone(info["pid"])
+print(json.dumps(infos))
+"""
+
+
+def test_ray_shutdown_force_kills_the_actors_so_end_them_before(tmp_path: Path) -> None:
+    # A cluster of its own: ray.shutdown() ends it. The driver's exit makes
+    # the GCS kill every actor it owns with force_kill, and the workers end
+    # from C++ at once. If this starts to close the "left" runs, Ray has made
+    # that graceful: say so in the module docstring and the README.
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(_SHUTDOWN_DRIVER))
+    env = {**os.environ, "PYTHONPATH": _PYTHONPATH}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        env=env,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    infos = json.loads(proc.stdout.splitlines()[-1])
+    for group, closed in (("ended", True), ("left", False)):
+        for info in infos[group]:
+            assert info["flushed"]
+            runs = check_runs((tmp_path / f"{info['run_id']}.jsonl").read_bytes())
+            run = runs[info["run_id"]]
+            assert (run.closed is not None) is closed, (group, info)
+            assert len(run.events) == 100

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, Union
+from typing import Any, TypeVar, Union
 
 import msgspec
 
 from .._errors import EventTagError
 
-if TYPE_CHECKING:
-    from .events import Event
+# Event classes as the registry sees them: it is imported by the module that
+# defines Event, so it names the base msgspec gives every one of them.
+Event = msgspec.Struct
 
 __all__ = ["REGISTRY", "EventRegistry", "snake_case"]
 
@@ -76,7 +77,7 @@ class EventRegistry:
 
     def add(self, cls: type[Event]) -> None:
         """Take a class that ``Event.__init_subclass__`` is defining."""
-        urgent = cls.urgent
+        urgent = getattr(cls, "urgent", False)
         if type(urgent) is not bool:
             raise TypeError(
                 f"{_name(cls)}.urgent must be a bool class "

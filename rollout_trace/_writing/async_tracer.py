@@ -4,6 +4,7 @@ stream to a pump task, sink I/O on the sinks' own threads, never blocking."""
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import time
@@ -82,6 +83,8 @@ class Tracer:
         self._swallowed = 0
         self.run_id = None
         self.emit = self._emit_not_open if config.enabled else noop_emit
+        if config.enabled:
+            hooks.prepare()
 
     # --- configuration, pickling --------------------------------------------
 
@@ -134,7 +137,8 @@ class Tracer:
         types = REGISTRY.emit_types
         now = self._config.clock
         copy_event = copy.copy
-        on_batch = self._on_batch
+        # Bound to this run: an emit kept from it must not touch a later run.
+        on_batch = functools.partial(self._on_batch, self._engine, pending)
         # Past it, emit calls on_batch; closing sets it to 0, so that every
         # later emit (even through an old reference) is counted there.
         limit = self._config.batch_size
@@ -162,12 +166,11 @@ class Tracer:
 
         return emit, set_limit
 
-    def _on_batch(self, n: int, urgent: bool) -> None:
-        pending = self._pending
-        if self._state is not State.OPEN:
+    def _on_batch(self, engine: Engine, pending: list[Event], n: int, urgent: bool) -> None:
+        if engine is not self._engine or self._state is not State.OPEN:
             # Closing or closed: trace_closed has taken its seq, so this event
             # belongs to no run. Counted in counts.after_close, said once.
-            pending.pop()
+            pending.clear()
             self._report.not_open(closed=True)
             return
         if n < self._config.batch_size and not urgent:
@@ -184,6 +187,10 @@ class Tracer:
             else:
                 self._queued += n
                 pending.clear()
+                if urgent:
+                    # To the sinks' threads now, even if the loop does not
+                    # run again soon (blocking work, a kill).
+                    self._take(everything=False)
                 self._wake.set()
                 return
         # The buffer is full: the batch being filled may fill up, and past

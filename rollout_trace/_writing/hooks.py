@@ -25,7 +25,14 @@ import weakref
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["track", "untrack", "track_enabled", "close_all", "keep_signals_off_this_thread"]
+__all__ = [
+    "track",
+    "untrack",
+    "track_enabled",
+    "prepare",
+    "close_all",
+    "keep_signals_off_this_thread",
+]
 
 
 class _Closable(Protocol):
@@ -59,6 +66,18 @@ def track(tracer: _Closable) -> None:
     """``tracer`` has an open run, to close at exit or on SIGTERM."""
     with _lock:
         _open[tracer] = threading.get_ident()
+    prepare()
+
+
+def prepare() -> None:
+    """Install the exit and SIGTERM hooks, once per process; called when an
+    enabled tracer is built and again when one opens.
+
+    At the build, not only at the open: atexit runs the latest hook first and
+    none registered while it runs, so a tracer that first opens in the
+    program's own exit hook would never be closed; and the build is usually on
+    the main thread, the only one that may install a signal handler.
+    """
     if not _sigterm[0]:
         _close_on_sigterm()
     pid = os.getpid()
@@ -80,6 +99,7 @@ def untrack(tracer: _Closable) -> None:
 def track_enabled(tracer: _Forkable) -> None:
     """``tracer`` starts over in a forked child."""
     _enabled.add(tracer)
+    prepare()
     if not _fork_hook[0]:
         _fork_hook[0] = True
         os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -88,6 +88,7 @@ class SinkRunner:
         self._done = 0  # events finished, written or not (this sink's thread only)
         self._marks: list[FlushMark] = []
         self.busy_since: float | None = None
+        self.stalled = False  # given up in a call that may never return
         self.open_error: BaseException | None = None
         self.opened = threading.Event()
         self.ended = threading.Event()
@@ -152,6 +153,7 @@ class SinkRunner:
         """Give the sink up if one call has taken longer than ``limit`` seconds."""
         since = self.busy_since
         if since is not None and now - since > limit and self.live:
+            self.stalled = True
             self.fail(f"one call took longer than {limit:g} s (a hung mount, a pipe nobody reads)")
 
     def fail(self, reason: str) -> None:
@@ -161,6 +163,9 @@ class SinkRunner:
                 return
             self.live = False
             self.error = reason
+            if self._handed != self._done:
+                # What it held is lost to it; its seqs are not known here.
+                self.first_lost = min(self.first_lost, 0)
             marks, self._marks = self._marks, []
         logger.warning(
             "rollout_trace: sink %s is stopped (the other sinks go on): %s", self.uri, reason

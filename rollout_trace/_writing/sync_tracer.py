@@ -11,6 +11,7 @@ their own, so a hung sink holds up neither the writer nor the other sinks.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import os
@@ -190,7 +191,8 @@ class SyncTracer:
         # lock: deque.append is atomic.
         queue = self._queue
         append = queue.append
-        on_full = self._on_full
+        # Bound to this run: an emit kept from it must not touch a later run.
+        on_full = functools.partial(self._on_full, self._engine)
         batch_size = self._config.batch_size
         wake = self._wake
         types = REGISTRY.emit_types
@@ -226,8 +228,8 @@ class SyncTracer:
 
         return emit, set_limit
 
-    def _on_full(self) -> None:
-        if self._state is State.OPEN:
+    def _on_full(self, engine: Engine) -> None:
+        if engine is self._engine and self._state is State.OPEN:
             # Dropped; the writer gives it a seq of the run, never written,
             # so trace_closed counts it.
             next(self._drops)

@@ -259,7 +259,7 @@ def test_an_exit_hook_emitting_on_a_never_opened_tracer_exits_quietly(
         pytest.param("closed", None, 0.0, 0.5, id="after-close-gave-up"),
     ],
 )
-def test_a_flush_on_a_hung_sink_returns_false_in_bounded_time(
+def test_a_flush_on_a_hung_sink_returns_in_bounded_time(
     tmp_path: Path, when: str, timeout: float | None, at_least: float, at_most: float
 ) -> None:
     path = tmp_path / "run.jsonl"
@@ -271,7 +271,9 @@ def test_a_flush_on_a_hung_sink_returns_false_in_bounded_time(
         _, took = bounded(t.close, 5)
         assert took < 1.0 + 1.0, took
     ok, took = bounded(lambda: t.flush(timeout), 10)
-    assert ok is False
+    # Given up, the hung sink is no longer live and the file, the one live
+    # sink, has everything: True. Out of time, or after the close: False.
+    assert ok is (when == "open" and timeout is None)
     assert at_least <= took < at_most, took
     bounded(t.close, 5)
     run = checked_run(path)

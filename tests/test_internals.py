@@ -1,0 +1,97 @@
+"""Each assumption `rollout_trace._internals` makes of CPython, asyncio or anyio.
+
+If one of these fails after an upgrade, the trick it guards must change
+before the counts or the close can be trusted again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+
+import anyio
+import pytest
+
+import rollout_trace as rt
+from rollout_trace._internals import forget_native_cancel, is_cancellation, peek_count
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        0,  # a fresh count
+        1,  # where seq counters start
+        2**40,  # wider than a machine word on 32-bit builds
+    ],
+)
+def test_a_count_is_read_without_taking_a_value(start: int) -> None:
+    counter = itertools.count(start)
+    assert peek_count(counter) == start
+    assert next(counter) == start  # peeking took nothing
+    assert peek_count(counter) == start + 1
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_backends_cancellation_is_recognised(backend: str) -> None:
+    async def main() -> bool:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            try:
+                await anyio.sleep(1)
+            except BaseException as exc:
+                return is_cancellation(exc)
+        return False
+
+    assert anyio.run(main, backend=backend)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is 3.11+")
+def test_a_native_cancel_taken_in_a_task_of_our_own_is_forgotten() -> None:
+    # After a swallowed Task.cancel(), anyio's scopes in the same task must
+    # work as usual: a move_on_after must time out, not look cancelled.
+    async def pump() -> bool:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            forget_native_cancel()
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+        with anyio.move_on_after(0.01) as scope:
+            await anyio.sleep(1)
+        return scope.cancelled_caught
+
+    async def main() -> bool:
+        task = asyncio.create_task(pump())
+        await asyncio.sleep(0)
+        task.cancel()
+        return await task
+
+    assert asyncio.run(main())
+
+
+def test_asyncio_run_cancels_the_tracers_own_tasks() -> None:
+    # What the pump's patience is for: asyncio.run cancels every task left,
+    # natively, through any anyio shield.
+    seen: list[bool] = []
+
+    async def shielded() -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                seen.append(True)
+
+    async def main() -> None:
+        task = asyncio.create_task(shielded())
+        await asyncio.sleep(0.01)
+        assert not task.done()
+
+    asyncio.run(main())
+    assert seen == [True]
+
+
+def test_public_names_live_at_the_package() -> None:
+    for name in rt.__all__:
+        obj = getattr(rt, name)
+        if hasattr(obj, "__module__") and not isinstance(obj, str):
+            assert obj.__module__ == "rollout_trace", (name, obj.__module__)
