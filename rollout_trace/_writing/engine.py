@@ -152,17 +152,17 @@ class Engine:
                 )
         n = len(events) - len(bad)
         if n:
-            self._hand(data, n, events[0].seq)
+            self._submit(data, n, events[0].seq)
 
-    def _hand(self, data: bytes, n: int, first_seq: float) -> None:
+    def _submit(self, data: bytes, n: int, first_seq: float) -> None:
         self.handed += n
         batch = Batch(n, first_seq, self._add_written)
         now = time.monotonic()
         for runner in self.runners:
             runner.check_stall(now, self.config.close_timeout)
-            runner.hand(data, batch)
+            runner.submit(data, batch)
 
-    def hand_uncounted(self, event: Event) -> None:
+    def write_lifecycle(self, event: Event) -> None:
         """Write a lifecycle event, which the counts leave out; never raises."""
         event.run_id = self.run_id
         try:
@@ -179,7 +179,7 @@ class Engine:
             return
         batch = Batch(0, _INF, self._add_written)
         for runner in self.runners:
-            runner.hand(data, batch)
+            runner.submit(data, batch)
 
     def _notify(self) -> None:
         with self._progress:
@@ -236,7 +236,7 @@ class Engine:
             self.state = State.CLOSED
             raise
         self.state = State.OPEN
-        self.hand_uncounted(
+        self.write_lifecycle(
             TraceOpened(
                 time=self.clock(),
                 seq=0,
@@ -290,7 +290,7 @@ class Engine:
             if not runner.idle:
                 runner.fail("did not write what it held before the close deadline")
         final = self.finalize(next_seq)
-        self.hand_uncounted(final)
+        self.write_lifecycle(final)
         for runner in self.runners:
             runner.close()
         # A sink given up as hung has been reported; its thread is not waited for.

@@ -20,6 +20,8 @@ from typing import Any
 
 from sinks import Sink
 
+from .hooks import keep_signals_off_this_thread
+
 __all__ = ["Batch", "FlushMark", "SinkRunner", "logger"]
 
 logger = logging.getLogger("rollout_trace")
@@ -56,7 +58,7 @@ class FlushMark:
         if parties == 0:
             self.done.set()
 
-    def arrive(self, ok: bool) -> None:
+    def sink_done(self, ok: bool) -> None:
         with self._lock:
             if not ok:
                 self.failed = True
@@ -70,7 +72,7 @@ _DISCARD = object()
 
 
 class SinkRunner:
-    """A sink and its thread: ``hand()`` and ``mark()`` never block."""
+    """A sink and its thread: ``submit()`` and ``mark()`` never block."""
 
     def __init__(self, uri: str, sink: Sink, cap: int, on_progress: Callable[[], None]) -> None:
         self.uri = uri
@@ -108,7 +110,7 @@ class SinkRunner:
         """Nothing handed is still waiting to be written."""
         return self._handed == self._done or not self.live
 
-    def hand(self, data: bytes, batch: Batch) -> None:
+    def submit(self, data: bytes, batch: Batch) -> None:
         if not self.live:
             self._lose(batch.n, batch.first_seq)
             return
@@ -128,7 +130,7 @@ class SinkRunner:
 
     def mark(self, mark: FlushMark) -> None:
         if not self.live:
-            mark.arrive(False)
+            mark.sink_done(False)
             return
         with self._lock:
             self._marks.append(mark)
@@ -171,7 +173,7 @@ class SinkRunner:
             "rollout_trace: sink %s is stopped (the other sinks go on): %s", self.uri, reason
         )
         for mark in marks:
-            mark.arrive(False)
+            mark.sink_done(False)
         self._on_progress()
 
     def _lose(self, n: int, first_seq: float) -> None:
@@ -182,6 +184,7 @@ class SinkRunner:
     # --- the sink's thread ----------------------------------------------------
 
     def _main(self) -> None:
+        keep_signals_off_this_thread()
         try:
             self.busy_since = time.monotonic()
             self.sink.open()
@@ -215,7 +218,7 @@ class SinkRunner:
                         self._marks.remove(call)
                 if ours:  # else fail() already counted it
                     ok = self._call(self.sink.flush, "flush")
-                    call.arrive(ok)
+                    call.sink_done(ok)
                     self._on_progress()
                 continue
             data, batch = call

@@ -438,6 +438,7 @@ class SyncTracer:
     # --- the writer thread --------------------------------------------------
 
     def _writer(self, waited: bool) -> None:
+        hooks.keep_signals_off_this_thread()
         engine = self._engine
         try:
             drive_blocking(engine, engine.opening(self._specs))

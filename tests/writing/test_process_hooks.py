@@ -253,11 +253,6 @@ def test_sigterm_while_a_close_is_under_way_lets_it_finish(tracer: str, tmp_path
     assert run.closed is not None and run.closed["written"] == n
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the tracer's threads do not call hooks.keep_signals_off_this_thread() yet "
-    "(first thing in SyncTracer._writer and SinkRunner._main)",
-)
 @pytest.mark.parametrize("tracer", ["sync", "async"])
 def test_no_thread_of_the_tracer_takes_a_sigterm_meant_for_the_program(
     tracer: str, tmp_path: Path
