@@ -16,8 +16,6 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from sinks import Sink
-
 from .._errors import TracerStateError
 from .._internals import forget_native_cancel, is_cancellation, peek_count
 from .._schema.events import Event
@@ -32,8 +30,9 @@ from .config import (
     TracerConfig,
     noop_emit,
 )
-from .emitting import EmitReport, frozen_event, not_an_event
+from .emitting import frozen_event, not_an_event
 from .engine import Engine, State, Wait, drive_async, drive_blocking, logger
+from .facade import TracerFacade
 
 __all__ = ["Tracer", "tracer"]
 
@@ -42,7 +41,7 @@ __all__ = ["Tracer", "tracer"]
 _CHUNK = 16_384
 
 
-class Tracer:
+class Tracer(TracerFacade):
     """An async tracer; open it with ``async with``. Build it with ``rt.tracer()``.
 
     ``emit(event)`` is synchronous and O(1): it stamps the envelope, appends the
@@ -74,37 +73,14 @@ class Tracer:
     _orphaned_at: float | None
 
     def __init__(self, config: TracerConfig) -> None:
-        self._config = config
-        self._specs = config.specs()
-        self._state = State.NEW
+        super().__init__(config)
         self._tg = None
-        self._sinks: list[Sink] = []
-        self._report = EmitReport()
         self._swallowed = 0
-        self.run_id = None
         self.emit = self._emit_not_open if config.enabled else noop_emit
         if config.enabled:
             hooks.prepare()
 
     # --- configuration, pickling --------------------------------------------
-
-    @property
-    def enabled(self) -> bool:
-        return self._config.enabled
-
-    @property
-    def uris(self) -> tuple[str, ...]:
-        return self._config.uris
-
-    @property
-    def state(self) -> str:
-        """``new``, ``opening``, ``open``, ``closing`` or ``closed``."""
-        return self._state.value
-
-    @property
-    def sinks(self) -> list[Sink]:
-        """The sinks of the open or last run (``t.sinks[0].lines()`` of a ``memory://``)."""
-        return list(self._sinks)
 
     @property
     def counts(self) -> TraceCounts:
@@ -120,10 +96,6 @@ class Tracer:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"])  # type: ignore[misc]
-
-    def __repr__(self) -> str:
-        uris = ", ".join(self._config.uris) or "disabled"
-        return f"<rollout_trace.Tracer {self.state} run_id={self.run_id} sinks=[{uris}]>"
 
     # --- emit ---------------------------------------------------------------
 

@@ -23,8 +23,6 @@ from itertools import repeat, starmap
 from types import TracebackType
 from typing import Any
 
-from sinks import Sink
-
 from .._errors import SinkOpenError
 from .._internals import peek_count
 from .._schema.events import Event
@@ -39,8 +37,9 @@ from .config import (
     TracerConfig,
     noop_emit,
 )
-from .emitting import EmitReport, frozen_event, not_an_event
+from .emitting import frozen_event, not_an_event
 from .engine import Engine, State, drive_blocking, logger
+from .facade import TracerFacade
 from .runner import FlushMark
 
 __all__ = ["SyncTracer", "sync_tracer"]
@@ -64,7 +63,7 @@ class _CloseMark(_QueueMark):
     __slots__ = ()
 
 
-class SyncTracer:
+class SyncTracer(TracerFacade):
     """A tracer for threads and sync code; build it with ``rt.sync_tracer()``.
 
     ``emit(event)`` may be called from any thread at once: it stamps the
@@ -89,12 +88,7 @@ class SyncTracer:
     _thread: threading.Thread
 
     def __init__(self, config: TracerConfig) -> None:
-        self._config = config
-        self._specs = config.specs()
-        self._state = State.NEW
-        self._sinks: list[Sink] = []
-        self._report = EmitReport()
-        self.run_id = None
+        super().__init__(config)
         if not config.enabled:
             self.emit = noop_emit
             return
@@ -106,24 +100,6 @@ class SyncTracer:
         self.emit = self._emit_lazy
 
     # --- configuration, pickling --------------------------------------------
-
-    @property
-    def enabled(self) -> bool:
-        return self._config.enabled
-
-    @property
-    def uris(self) -> tuple[str, ...]:
-        return self._config.uris
-
-    @property
-    def state(self) -> str:
-        """``new``, ``opening``, ``open``, ``closing`` or ``closed``."""
-        return self._state.value
-
-    @property
-    def sinks(self) -> list[Sink]:
-        """The sinks of the open or last run (``t.sinks[0].lines()`` of a ``memory://``)."""
-        return list(self._sinks)
 
     @property
     def counts(self) -> TraceCounts:
@@ -143,10 +119,6 @@ class SyncTracer:
         # A tracer travels as its configuration and opens lazily where it lands,
         # with a run_id of its own.
         return (SyncTracer, (self._config,))
-
-    def __repr__(self) -> str:
-        uris = ", ".join(self._config.uris) or "disabled"
-        return f"<rollout_trace.SyncTracer {self.state} run_id={self.run_id} sinks=[{uris}]>"
 
     def open(self) -> SyncTracer:
         """Open the sinks and start the writer thread now; raise if a sink cannot open.

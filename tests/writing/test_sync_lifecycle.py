@@ -373,8 +373,10 @@ def test_a_flush_racing_a_close_never_claims_an_event_it_lost(tmp_path: Path) ->
         if ok:  # a returned True means written
             run = checked_run(path, allow_drops=True)
             assert seq in {e["seq"] for e in run.events}, (it, seq, run.closed)
-    # Both outcomes happened, so the race was run both ways.
-    assert outcomes[True] and outcomes[False], outcomes
+    # Some flushes won the race and were checked against the file. (Whether a
+    # close also overtook a flush depends on the scheduler: the old code failed
+    # here on the flushes that said True.)
+    assert outcomes[True], outcomes
 
 
 # --- 11. order across threads -------------------------------------------------------------

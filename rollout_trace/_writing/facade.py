@@ -1,0 +1,49 @@
+"""What both tracer facades are, before and after their runs."""
+
+from __future__ import annotations
+
+from sinks import Sink
+
+from .config import TracerConfig
+from .emitting import EmitReport
+from .engine import State
+
+__all__ = ["TracerFacade"]
+
+
+class TracerFacade:
+    """The configuration, state and last sinks every tracer has; the engine does the rest."""
+
+    _state: State
+    run_id: str | None
+
+    def __init__(self, config: TracerConfig) -> None:
+        self._config = config
+        self._specs = config.specs()
+        self._state = State.NEW
+        self._sinks: list[Sink] = []
+        self._report = EmitReport()
+        self.run_id = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._config.enabled
+
+    @property
+    def uris(self) -> tuple[str, ...]:
+        return self._config.uris
+
+    @property
+    def state(self) -> str:
+        """``new``, ``opening``, ``open``, ``closing`` or ``closed``."""
+        return self._state.value
+
+    @property
+    def sinks(self) -> list[Sink]:
+        """The sinks of the open or last run (``t.sinks[0].lines()`` of a ``memory://``)."""
+        return list(self._sinks)
+
+    def __repr__(self) -> str:
+        uris = ", ".join(self._config.uris) or "disabled"
+        name = type(self).__name__
+        return f"<rollout_trace.{name} {self.state} run_id={self.run_id} sinks=[{uris}]>"
