@@ -10,12 +10,8 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
+import rollout_trace._writing.specs as sinkspec
 from sinks import MemorySink, Sink, SinkOptionValueError
-
-try:
-    import rollout_trace._writing.specs as sinkspec
-except ImportError:  # the code before the writer's rewrite (see the end of this file)
-    import rollout_trace._sinkspec as sinkspec  # type: ignore[no-redef]
 
 
 class FailingSink(MemorySink):

@@ -16,7 +16,7 @@ from rollout_trace._schema.decoding import decode_line
 from rollout_trace._schema.events import SinkTally
 from rollout_trace._schema.registry import REGISTRY
 
-# SPEC sections 2 and 3, field by field: (event, class, {field: type}).
+# The README Reference, lifecycle and rollout events, field by field: (event, class, {field: type}).
 SCHEMA: list[tuple[str, type[rt.Event], dict[str, Any]]] = [
     (
         "trace_opened",
@@ -26,7 +26,7 @@ SCHEMA: list[tuple[str, type[rt.Event], dict[str, Any]]] = [
     (
         "trace_closed",
         rt.TraceClosed,
-        # `sinks`: an optional field added to schema 1, as SPEC allows.
+        # `sinks`: an optional field added to schema 1, as the contract allows.
         {"emitted": int, "written": int, "dropped": int, "invalid": int, "sinks": list[SinkTally]},
     ),
     (

@@ -9,12 +9,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+import threading
 
 import anyio
 import pytest
 
 import rollout_trace as rt
-from rollout_trace._internals import forget_native_cancel, is_cancellation, peek_count
+from rollout_trace._internals import (
+    first_caller,
+    forget_native_cancel,
+    is_cancellation,
+    peek_count,
+)
 
 
 @pytest.mark.parametrize(
@@ -95,3 +101,25 @@ def test_public_names_live_at_the_package() -> None:
         obj = getattr(rt, name)
         if hasattr(obj, "__module__") and not isinstance(obj, str):
             assert obj.__module__ == "rollout_trace", (name, obj.__module__)
+
+
+def test_exactly_one_thread_is_the_first_caller() -> None:
+    for _ in range(200):
+        counter = itertools.count()
+        wins: list[bool] = []
+        start = threading.Barrier(8)
+
+        def race(
+            counter: itertools.count[int] = counter,
+            wins: list[bool] = wins,
+            start: threading.Barrier = start,
+        ) -> None:
+            start.wait()
+            wins.append(first_caller(counter))
+
+        threads = [threading.Thread(target=race) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert wins.count(True) == 1

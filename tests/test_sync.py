@@ -1,4 +1,4 @@
-"""What only the sync tracer does (SPEC section 7): threads, the lazy open, fork,
+"""What only the sync tracer does (README, Guarantees): threads, the lazy open, fork,
 pickling into another process, interpreter exit, ``close(timeout=)``.
 
 What both tracers promise is tested once, over every driver (asyncio, uvloop,

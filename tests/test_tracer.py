@@ -1,4 +1,4 @@
-"""What only the async tracer does (SPEC section 7): a burst on the loop, cancellation,
+"""What only the async tracer does (README, Guarantees): a burst on the loop, cancellation,
 flushes and closes from other tasks, emits before the open.
 
 What both tracers promise is tested once, over every driver (asyncio, uvloop,

@@ -84,7 +84,7 @@ class CostAnalysis:
         for ev in events:
             if ev.run_id != run_id:
                 if run is not None:
-                    self._park(run, nxt, last)
+                    self._store_locals(run, nxt, last)
                 run_id = ev.run_id
                 run = runs.get(run_id)
                 if run is None:
@@ -99,7 +99,7 @@ class CostAnalysis:
             assert run is not None
             seq = ev.seq
             if slow or seq != nxt:
-                self._park(run, nxt, last)
+                self._store_locals(run, nxt, last)
                 last = None
                 run.arrive_out_of_order(ev)
                 nxt = run.next_seq
@@ -132,10 +132,10 @@ class CostAnalysis:
                 run.apply(ev)
             # else: a group or weight-sync event, which no figure needs.
         if run is not None:
-            self._park(run, nxt, last)
+            self._store_locals(run, nxt, last)
 
     @staticmethod
-    def _park(run: RunFold, nxt: int, last: Any) -> None:
+    def _store_locals(run: RunFold, nxt: int, last: Any) -> None:
         """Write the hot loop's locals back to the run."""
         run.next_seq = nxt
         if last is not None and last.seq > run.last_seq:

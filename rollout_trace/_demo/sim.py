@@ -49,7 +49,7 @@ class Sim:
     async def sleep(self, seconds: float) -> None:
         if not seconds >= 0:
             raise ValueError(f"cannot sleep {seconds!r} simulated seconds: must be >= 0")
-        await self._park(self._timer(self._now + seconds))
+        await self._wait_for(self._timer(self._now + seconds))
 
     async def run(self, until: float, done: Callable[[], bool]) -> None:
         """Advance time until ``done()`` or past ``until``; re-raises a task's error."""
@@ -83,7 +83,7 @@ class Sim:
         heapq.heappush(self._timers, (when, next(self._order), fut))
         return fut
 
-    async def _park(self, fut: asyncio.Future[None]) -> None:
+    async def _wait_for(self, fut: asyncio.Future[None]) -> None:
         # The driver counts this task as running again before it wakes it.
         self._add_running(-1)
         await fut
@@ -117,7 +117,7 @@ class Signal:
     async def wait(self) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
-        await self._sim._park(fut)
+        await self._sim._wait_for(fut)
 
     def notify(self) -> None:
         for fut in self._waiters:

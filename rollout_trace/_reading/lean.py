@@ -79,7 +79,7 @@ class LeanTraceOpened(LeanEnvelope, tag="trace_opened"):
     pass
 
 
-def _lean(tag: str, base: type[LeanEnvelope]) -> type[LeanEnvelope]:
+def _slim_class(tag: str, base: type[LeanEnvelope]) -> type[LeanEnvelope]:
     name = "Lean" + "".join(part.title() for part in tag.split("_"))
     return type(name, (base,), {}, tag=tag)
 
@@ -101,8 +101,8 @@ ENVELOPE_ONLY = (
     "trace_closed",
 )
 
-LEAN: dict[str, type[LeanEnvelope]] = {tag: _lean(tag, LeanAttempt) for tag in _ATTEMPT_TAGS}
-LEAN.update({tag: _lean(tag, LeanEnvelope) for tag in ENVELOPE_ONLY})
+LEAN: dict[str, type[LeanEnvelope]] = {tag: _slim_class(tag, LeanAttempt) for tag in _ATTEMPT_TAGS}
+LEAN.update({tag: _slim_class(tag, LeanEnvelope) for tag in ENVELOPE_ONLY})
 for _cls in (
     LeanStepTrained,
     LeanTrainerCheckpointPublished,

@@ -16,7 +16,7 @@ __all__ = ["UnknownEvent", "AnyEvent", "decoders", "decode_one", "decode_line"]
 class UnknownEvent(msgspec.Struct, kw_only=True):
     """A line whose ``event`` names no class defined in this process.
 
-    Kept, never dropped (SPEC section 1): ``fields`` holds every field that
+    Kept, never dropped (README, Reference > Wire format): ``fields`` holds every field that
     is not part of the envelope.
     """
 

@@ -1,4 +1,4 @@
-"""The event classes: one tagged msgspec Struct base and the schema pinned in SPEC.md."""
+"""The event classes: one tagged msgspec Struct base and the schema (README, Reference)."""
 
 # No `from __future__ import annotations`: msgspec would resolve string
 # annotations in the module named by `__module__`, which is `rollout_trace`
@@ -80,7 +80,7 @@ def event_types() -> dict[str, type[Event]]:
     return REGISTRY.event_types()  # type: ignore[return-value]
 
 
-# --- lifecycle events (SPEC section 2) ---------------------------------------
+# --- lifecycle events (README, Reference > Lifecycle events) -----------------
 
 
 class TraceOpened(Event, kw_only=True):
@@ -129,7 +129,7 @@ class TraceClosed(Event, kw_only=True):
 
 LIFECYCLE_EVENTS: frozenset[str] = frozenset({"trace_opened", "trace_closed"})
 
-# --- rollout events (SPEC section 3) ------------------------------------------
+# --- rollout events (README, Reference > Rollout events) ---------------------
 
 AbandonReason = Literal["dropped", "failed", "cancelled", "restart", "whole_group"]
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from sinks import Sink
 
+from .._internals import first_caller
 from .hooks import keep_signals_off_this_thread
 
 __all__ = ["Batch", "FlushMark", "SinkRunner", "logger"]
@@ -41,7 +42,7 @@ class Batch:
         self._acks = itertools.count()
 
     def ack(self) -> None:
-        if next(self._acks) == 0:  # atomic under the GIL: one thread wins
+        if first_caller(self._acks):
             self.on_first_ack(self.n)
 
 

@@ -1,5 +1,5 @@
 """One suite over every built-in sink, through every driver: the async tracer under
-asyncio, uvloop and trio, and the sync tracer (SPEC sections 1, 2 and 5).
+asyncio, uvloop and trio, and the sync tracer (README, Reference).
 
 Each sink must really write what it counts: the lines of the run in its output
 are counted and compared with its own figure in ``trace_closed.sinks``.

@@ -478,10 +478,8 @@ def _poison() -> rt.StepTrained:
 
 def _break_encoding_of_poison(monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's encoder raises (a bug of ours, say) for a batch with the poison event."""
-    try:
-        from rollout_trace._schema.encoding import BatchEncoder
-    except ImportError:  # before the rewrite
-        from rollout_trace._encoding import BatchEncoder
+    from rollout_trace._schema.encoding import BatchEncoder
+
     real = BatchEncoder.encode
 
     def encode(self: Any, events: Any) -> Any:
@@ -597,10 +595,8 @@ def test_an_encoder_failing_on_trace_closed_does_not_reach_the_program(
     backend: tuple[str, dict[str, Any]],
 ) -> None:
     path = tmp_path / "run.jsonl"
-    try:
-        from rollout_trace._schema.encoding import BatchEncoder
-    except ImportError:  # before the rewrite
-        from rollout_trace._encoding import BatchEncoder
+    from rollout_trace._schema.encoding import BatchEncoder
+
     real = BatchEncoder.encode
 
     def encode(self: Any, events: Any) -> Any:
@@ -700,7 +696,7 @@ def test_an_event_class_whose_annotations_cannot_be_resolved_is_not_fatal(
 
 
 def test_an_event_whose_class_cannot_be_encoded_costs_only_itself(tmp_path: Path) -> None:
-    # SPEC/README "Only what readers can read is written": a value that cannot
+    # README "Only what readers can read is written": a value that cannot
     # be encoded makes *its event* invalid. Here one such event sits amid 300
     # good ones in one batch: they must still be written.
     path = tmp_path / "run.jsonl"

@@ -1,4 +1,4 @@
-"""What both tracers promise (SPEC sections 1, 2, 5, 7; README "Guarantees"), each
+"""What both tracers promise (README "Guarantees" and "Reference"), each
 promise tested once, over every driver: the async tracer under asyncio, uvloop
 and trio, and the sync tracer.
 
@@ -670,7 +670,7 @@ def test_counts_stay_honest_under_drops(driver: Driver, tmp_path: Path) -> None:
 def test_a_sink_that_lost_events_does_not_say_it_never_failed(
     driver: Driver, tmp_path: Path
 ) -> None:
-    # SPEC section 2: "A sink that never failed holds exactly `written` lines".
+    # README Reference, lifecycle events: "A sink that never failed holds exactly `written` lines".
     # A sink that fell behind and lost batches must say so in its tally.
     path = tmp_path / "t.jsonl"
     slow = "slow://?delay=0.05"
