@@ -267,16 +267,6 @@ class Tracer(TracerFacade):
         result, _ = await drive_async(self._engine, self._engine.flushing(boundary), patient=False)
         return result
 
-    def _settled(self) -> bool:
-        if not self._config.enabled:
-            return True
-        if self._report.outside_run:
-            return False
-        if self._state is State.NEW:
-            return True
-        final = self._engine.final
-        return final is not None and final.dropped == 0 and not any(t.error for t in final.sinks)
-
     async def aclose(self) -> None:
         """Write what is queued and ``trace_closed``, close the sinks, within ``close_timeout``.
 

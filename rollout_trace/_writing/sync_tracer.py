@@ -315,21 +315,6 @@ class SyncTracer(TracerFacade):
         engine.wait_event(mark.mark.done, end)
         return engine.flushed_all(mark.mark, mark.boundary)
 
-    def _settled(self) -> bool:
-        if not self._config.enabled:
-            return True
-        if self._report.outside_run:
-            return False
-        if self._state is State.NEW:
-            return True
-        final = self._engine.final
-        return (
-            final is not None
-            and final.dropped == 0
-            and not any(t.error for t in final.sinks)
-            and self._open_error is None
-        )
-
     def close(self, timeout: float | None = None) -> None:
         """Write what is queued and ``trace_closed``, close the sinks; idempotent.
 
