@@ -1,177 +1,200 @@
 """What a stop and restore cost, from events alone (README: Reference > Restore-cost figures).
 
-Runs are folded into compact state (``fold.RunFold``) as events stream by, so
-a trace set of any length needs memory for the attempts open at a time, one
-small record per sealed attempt and the run's steps, not for its events.
-``CostAnalysis.add`` is the hot loop: attempt events in seq order are folded
-inline; everything else goes through ``RunFold``. ``stops`` pairs each run
-that begins with a restore with the run before it and computes the figures
-(``figures.stop_cost``).
+Runs are folded into order-free state (``fold.RunFold``) as events stream by,
+so a trace set of any length and any layout needs memory for one small row
+per attempt and the run's steps, not for its events, and gives the same
+figures whatever order its files and lines come in. ``CostAnalysis.add`` is
+the hot loop: events that arrive in seq order take a short path; any other
+goes through ``RunFold.add``. ``stops`` orders the runs, pairs each run that
+begins with a restore with the run before it, computes the figures
+(``figures.stop_cost``) and says what looked wrong on the way (``Note``).
 """
 
 from __future__ import annotations
 
 import gc
-import math
-from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import msgspec
 
-from .._reading.lean import (
-    ATTEMPT_KIND,
-    DISPATCHED,
-    ENVELOPE_ONLY,
-    LEAN,
-    SEALED,
-    LeanRestoreStarted,
-)
+from .._reading.lean import LeanRestoreStarted
 from .._schema.decoding import AnyEvent
-from .._schema.events import (
-    GroupAdmitted,
-    GroupDiscarded,
-    GroupReserved,
-    GroupSealed,
-    RestoreStarted,
-    TraceOpened,
-    WeightsSynced,
-)
-from .figures import StopCost, stop_cost
-from .fold import RunFold, SiblingKey
+from .._schema.events import RestoreStarted, TraceOpened
+from .figures import Note, StopCost, orphan_cost, stop_cost, stop_notes
+from .fold import FAST_KIND, IGNORED, ROLLOUT, First, RunFold
 
 __all__ = ["CostAnalysis", "gc_paused", "restore_costs", "RunEvents", "group_runs"]
 
-# The hot loop's view of a class: an attempt kind, 0 for a group or weight-sync
-# event (no figure needs them), missing for anything `RunFold.apply` must see.
-_IGNORED = 0
-_FAST_KIND: dict[type[Any], int] = dict(ATTEMPT_KIND)
-_FAST_KIND.update(dict.fromkeys((GroupReserved, GroupAdmitted, GroupSealed, GroupDiscarded), 0))
-_FAST_KIND[WeightsSynced] = _IGNORED
-_FAST_KIND.update((LEAN[tag], _IGNORED) for tag in ENVELOPE_ONLY)
-
 
 class CostAnalysis:
-    """Folds events (any order of runs, any file layout) into restore costs.
+    """Folds events (any order of runs, files and lines) into restore costs.
 
-    Feed it with ``add`` as many times as needed, then call ``stops``.
+    Feed it with ``add`` as many times as needed, then call ``stops``. Two
+    analyses of parts of one trace set combine with ``merge``.
     """
 
     def __init__(self) -> None:
         self._runs: dict[str, RunFold] = {}
-        self.notes: list[str] = []
+        self.notes: list[Note] = []
 
     def add(self, events: Iterable[Any]) -> None:
         """Fold events in: real ``Event``s, ``UnknownEvent``s or ``_reading.lean`` classes."""
-        # The hot loop. Attempt events are most lines of a trace, so they are
-        # handled inline, by kind, with the current run's state in locals
-        # while its events come in a row; everything else, and any event out
-        # of seq order, goes through `RunFold.apply`.
+        # The hot loop. While a run's events come in a row and in seq order,
+        # each one only extends the run's last seq range and, for an attempt
+        # event, updates its attempt's row; the first event of a run, an
+        # event out of order and a seen one go through `RunFold.add`.
         runs = self._runs
         run: RunFold | None = None
         run_id = ""
-        nxt = 0
-        # True while the run's events cannot take the fast path: some wait in
-        # its reorder heap, or its first rollout event has not been seen.
-        slow = True
+        nxt: int | None = None  # the seq that continues the run's last range
+        kind_of = FAST_KIND.get
+        need_first_rollout = False
         last: Any = None
-        open_: dict[SiblingKey, tuple[int, float]] = {}
-        seal_keys: list[SiblingKey] = []
-        seal_times = seal_spans = array("d")
-        kind_of = _FAST_KIND.get
-        nan = math.nan
         for ev in events:
             if ev.run_id != run_id:
                 if run is not None:
-                    self._store_locals(run, nxt, last)
+                    _store(run, nxt, last)
                 run_id = ev.run_id
                 run = runs.get(run_id)
                 if run is None:
-                    run = runs[run_id] = RunFold(run_id, ev.time)
-                nxt = run.next_seq
-                slow = bool(run.pending) or run.first_rollout is None
-                last = None
-                open_ = run.open
-                seal_keys = run.seal_keys
-                seal_times = run.seal_times
-                seal_spans = run.seal_spans
+                    run = runs[run_id] = RunFold(run_id)
+                nxt, last = None, None
+                need_first_rollout = run.first_rollout is None
             assert run is not None
             seq = ev.seq
-            if slow or seq != nxt:
-                self._store_locals(run, nxt, last)
+            if seq != nxt:
+                _store(run, nxt, last)
+                run.add(ev)
                 last = None
-                run.arrive_out_of_order(ev)
-                nxt = run.next_seq
-                slow = bool(run.pending) or run.first_rollout is None
+                # The short path takes an event that extends the highest
+                # range: it is the run's last one so far, and not seen before.
+                ends = run.seqs.ends
+                nxt = ends[-1] if ends else None
+                need_first_rollout = run.first_rollout is None
                 continue
             nxt = seq + 1
             last = ev
-            kind = kind_of(type(ev))
-            if kind == DISPATCHED:
-                key = (ev.prompt_id, ev.generation_index)
-                if key in open_:
-                    run.start(key, ev.attempt, ev.time)
-                else:
-                    open_[key] = (ev.attempt, ev.time)
-            elif kind == SEALED:
-                key = (ev.prompt_id, ev.generation_index)
-                t = ev.time
-                began = open_.pop(key, None)
-                if began is not None and began[0] == ev.attempt:
-                    seal_spans.append(t - began[1])
-                else:
-                    if began is not None:
-                        open_[key] = began  # a newer try is open; this seal is older
-                    start = run.end(key, ev.attempt)
-                    seal_spans.append(nan if start is None else t - start)
-                seal_keys.append(key)
-                seal_times.append(t)
-            elif kind != _IGNORED:
-                run.next_seq = nxt
-                run.apply(ev)
-            # else: a group or weight-sync event, which no figure needs.
+            cls = type(ev)
+            if need_first_rollout and cls in ROLLOUT:
+                run.first_rollout = First(seq, ev)
+                need_first_rollout = False
+            kind = kind_of(cls)
+            if kind is None:
+                run.other(ev)
+            elif kind != IGNORED:
+                run.attempt(kind, ev)
         if run is not None:
-            self._store_locals(run, nxt, last)
+            _store(run, nxt, last)
 
-    @staticmethod
-    def _store_locals(run: RunFold, nxt: int, last: Any) -> None:
-        """Write the hot loop's locals back to the run."""
-        run.next_seq = nxt
-        if last is not None and last.seq > run.last_seq:
-            run.last_seq = last.seq
-            run.last_time = last.time
+    def merge(self, other: CostAnalysis) -> None:
+        """Fold in another analysis of more of the same trace set."""
+        for run_id, theirs in other._runs.items():
+            mine = self._runs.get(run_id)
+            if mine is None:
+                self._runs[run_id] = theirs
+            else:
+                mine.merge(theirs)
 
     def runs(self) -> list[RunFold]:
         """Every run seen, ordered by the time of its ``trace_opened``."""
-        for run in self._runs.values():
-            run.finish()
-        return sorted(self._runs.values(), key=lambda r: r.order)
+        return sorted((r for r in self._runs.values() if r.last is not None), key=lambda r: r.order)
 
     def stops(self) -> list[StopCost]:
-        """The stops of the trace set, in run order, each with its figures."""
+        """The stops of the trace set, in run order, each with its figures.
+
+        A run that begins with a restore but has no earlier run with rollout
+        events is a stop too, of an unknown run: every figure that needs the
+        stopped run is None, with the reason.
+        """
         self.notes = []
         ordered = self.runs()
         out: list[StopCost] = []
         previous: RunFold | None = None
         for run in ordered:
-            if run.duplicates:
-                self.notes.append(
-                    f"run {run.run_id}: {run.duplicates} events seen twice were counted once "
-                    "(the same run read from two files?)"
-                )
+            self.notes.extend(_run_notes(run))
             first = run.first_rollout
-            if isinstance(first, (RestoreStarted, LeanRestoreStarted)):
+            if first is not None and isinstance(first.event, (RestoreStarted, LeanRestoreStarted)):
                 if previous is None:
-                    self.notes.append(
-                        f"run {run.run_id} begins with a restore from {first.path!r} "
-                        "but no earlier run with rollout events is in the trace set"
-                    )
+                    out.append(orphan_cost(run, first.event))
+                    self.notes.extend(_orphan_notes(run, first.event, ordered))
                 else:
-                    out.append(stop_cost(previous, run, first))
+                    cost = stop_cost(previous, run, first.event)
+                    out.append(cost)
+                    self.notes.extend(stop_notes(previous, run, cost))
             if first is not None:
                 previous = run
         return out
+
+
+def _store(run: RunFold, nxt: int | None, last: Any) -> None:
+    """Write the hot loop's locals back to the run."""
+    run.invalidate()
+    if nxt is None:
+        return
+    run.seqs.ends[-1] = nxt
+    if last is not None:
+        run.last = First(last.seq, last)
+
+
+def _run_notes(run: RunFold) -> Iterator[Note]:
+    if run.duplicates:
+        yield Note(
+            kind="read_twice",
+            run_id=run.run_id,
+            text=f"run {run.run_id}: {run.duplicates:,} event(s) seen twice were counted once "
+            "(the same run read from two files, such as two sinks of one tracer)",
+        )
+    if run.unusable:
+        yield Note(
+            kind="bad_seq",
+            run_id=run.run_id,
+            text=f"run {run.run_id}: {run.unusable:,} event(s) with a seq below 0 or above "
+            "2**62 were left out (corrupt data)",
+        )
+    restore, first = run.first_restore, run.first_rollout
+    if restore is not None and first is not None and restore.seq != first.seq:
+        yield Note(
+            kind="restore_not_first",
+            run_id=run.run_id,
+            text=f"run {run.run_id}: restore_started at seq {restore.seq} comes after its first "
+            f"rollout event ({_tag(first.event)} at seq {first.seq}), so the run does not begin "
+            "with a restore and no stop is counted for it",
+        )
+
+
+def _orphan_notes(run: RunFold, restore: Any, ordered: list[RunFold]) -> Iterator[Note]:
+    later = [
+        r
+        for r in ordered
+        if r is not run and (restore.path in r.snapshots or restore.path in r.checkpoints)
+    ]
+    if later:
+        other = later[0]
+        yield Note(
+            kind="clock_skew",
+            run_id=run.run_id,
+            text=f"run {run.run_id} restores {restore.path!r}, which run {other.run_id} "
+            f"published, but run {other.run_id} opened later ({_when(other)} against "
+            f"{_when(run)}): do the clocks of their hosts disagree?",
+        )
+    else:
+        yield Note(
+            kind="no_stopped_run",
+            run_id=run.run_id,
+            text=f"run {run.run_id} begins with a restore from {restore.path!r} but no earlier "
+            "run with rollout events is in the trace set: the figures of the stopped run are n/a",
+        )
+
+
+def _when(run: RunFold) -> str:
+    return f"{run.order[0]:.6f}"
+
+
+def _tag(ev: Any) -> str:
+    tag = type(ev).__struct_config__.tag
+    return tag if isinstance(tag, str) else type(ev).__name__
 
 
 @contextmanager
@@ -187,7 +210,7 @@ def gc_paused() -> Iterator[None]:
 
 
 def restore_costs(events: Iterable[AnyEvent]) -> list[StopCost]:
-    """Every stop in ``events`` (one trace set, any layout) with its figures."""
+    """Every stop in ``events`` (one trace set, any layout, any order) with its figures."""
     analysis = CostAnalysis()
     with gc_paused():
         analysis.add(events)

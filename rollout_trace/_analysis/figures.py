@@ -5,18 +5,17 @@ Each is defined in the README, section Reference > Restore-cost figures.
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
 from .._reading.lean import LeanRestoreStarted
 from .._schema.events import RestoreStarted
-from .fold import RunFold, SiblingKey
+from .fold import RunFold
 
-__all__ = ["FIGURES", "FIGURE_ROWS", "StopCost", "stop_cost"]
+__all__ = ["FIGURES", "FIGURE_ROWS", "Note", "StopCost", "orphan_cost", "stop_cost", "stop_notes"]
 
 FIGURES = (
     "stop_time",
@@ -56,31 +55,48 @@ FIGURE_ROWS: dict[str, tuple[str, str]] = {
 }
 
 
+class Note(msgspec.Struct, frozen=True, kw_only=True):
+    """Something about a trace set that bears on its figures without making one n/a.
+
+    ``kind`` names the case (``read_twice``, ``bad_seq``, ``restore_not_first``,
+    ``no_stopped_run``, ``clock_skew``, ``negative_downtime``, ``overlap``,
+    ``resumed_not_in_flight``, ``prompt_id_types``); ``text`` says it in words.
+    """
+
+    kind: str
+    run_id: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class StopCost(msgspec.Struct, kw_only=True):
     """The figures of one stop; ``None`` where one cannot be computed.
 
     ``reasons`` says, by figure name, why a figure is ``None``;
     ``captured_from`` says where ``captured_at`` came from
     (``"snapshot_published"`` or ``"trainer_checkpoint_published"``).
-    Neither is part of the JSON form, which holds exactly the figures named in
-    the README, section Reference > Restore-cost figures.
+    ``stopped_run`` is ``None`` when the trace set holds no run before the
+    restored one: every figure that needs it is ``None`` then. Every time is
+    a finite number or ``None``.
     """
 
-    stopped_run: str
+    stopped_run: str | None
     restored_run: str
-    stop_time: float
-    downtime_s: float
+    stop_time: float | None
+    downtime_s: float | None
     restore_s: float | None
     restored_step: int
     captured_at: float | None
-    in_flight: int
-    resumed: int
-    restarted: int
-    thrown_away_s: float
+    in_flight: int | None
+    resumed: int | None
+    restarted: int | None
+    thrown_away_s: float | None
     redone: int | None
     redone_s: float | None
     lost_s: float | None
-    lost_steps: int
+    lost_steps: int | None
     lost_steps_s: float | None
     restore_path: str = ""
     captured_from: str | None = None
@@ -98,33 +114,62 @@ class StopCost(msgspec.Struct, kw_only=True):
         return not self.reasons
 
 
+def _restore_s(b: RunFold, restore: Any, reasons: dict[str, str]) -> float | None:
+    if b.restore_finished is not None:
+        return float(b.restore_finished.event.time - restore.time)
+    reasons["restore_s"] = f"run {b.run_id} has no restore_finished"
+    return None
+
+
+def orphan_cost(b: RunFold, restore: RestoreStarted | LeanRestoreStarted) -> StopCost:
+    """A restore with no run before it in the trace set: what can be said of it."""
+    reasons: dict[str, str] = {}
+    restore_s = _restore_s(b, restore, reasons)
+    why = (
+        f"no run before run {b.run_id} in the trace set has rollout events, "
+        "so the stopped run is unknown"
+    )
+    unknown = [f for f in FIGURES if f not in ("restore_s", "restored_step")]
+    reasons.update(dict.fromkeys(unknown, why))
+    values: dict[str, Any] = dict.fromkeys(unknown)
+    return _finite(
+        StopCost(
+            stopped_run=None,
+            restored_run=b.run_id,
+            restore_s=restore_s,
+            restored_step=restore.step,
+            restore_path=restore.path,
+            reasons=reasons,
+            **values,
+        )
+    )
+
+
 def stop_cost(a: RunFold, b: RunFold, restore: RestoreStarted | LeanRestoreStarted) -> StopCost:
     reasons: dict[str, str] = {}
     stop_time = a.last_time
-    if b.restore_finished_at is not None:
-        restore_s: float | None = b.restore_finished_at - restore.time
-    else:
-        restore_s = None
-        reasons["restore_s"] = f"run {b.run_id} has no restore_finished"
+    restore_s = _restore_s(b, restore, reasons)
 
     captured_from: str | None = None
-    captured_at: float | None = a.snapshots.get(restore.path)
-    if captured_at is not None:
+    captured_at: float | None = None
+    if restore.path in a.snapshots:
+        captured_at = a.snapshots[restore.path][1]
         captured_from = "snapshot_published"
+    elif restore.path in a.checkpoints:
+        captured_at = a.checkpoints[restore.path][1]
+        captured_from = "trainer_checkpoint_published"
     else:
-        captured_at = a.checkpoints.get(restore.path)
-        if captured_at is not None:
-            captured_from = "trainer_checkpoint_published"
-        else:
-            reasons["captured_at"] = (
-                f"run {a.run_id} has no snapshot_published or trainer_checkpoint_published "
-                f"with path {restore.path!r}, the path run {b.run_id} restored from"
-            )
+        reasons["captured_at"] = (
+            f"run {a.run_id} has no snapshot_published or trainer_checkpoint_published "
+            f"with path {restore.path!r}, the path run {b.run_id} restored from"
+        )
 
-    in_flight = a.open
+    siblings = a.siblings()
+    in_flight = siblings.open
     resumed = sum(1 for key in in_flight if key in b.resumed)
-    thrown_away_s = sum(
-        stop_time - start for key, (_, start) in in_flight.items() if key not in b.resumed
+    # Summed from 0.0 so that no restart is 0.0 seconds, not the integer 0.
+    thrown_away_s = math.fsum(
+        [stop_time - start for key, start in in_flight.items() if key not in b.resumed]
     )
 
     redone: int | None = None
@@ -133,18 +178,18 @@ def stop_cost(a: RunFold, b: RunFold, restore: RestoreStarted | LeanRestoreStart
         for name in ("redone", "redone_s", "lost_s"):
             reasons[name] = "captured_at is unknown"
     else:
-        redone, redone_s, unstarted = _redone(a, captured_at)
+        redone, redone_s, unstarted = _redone(siblings.seals, in_flight, captured_at)
         if unstarted:
             reasons["redone_s"] = reasons["lost_s"] = (
                 f"{unstarted} redone sibling(s) have an attempt_sealed in run {a.run_id} "
-                "for an attempt not running then (its dispatch or resume is missing, "
-                "or it had already ended)"
+                "for an attempt the run did not start before it (its dispatch or resume "
+                "is missing)"
             )
             redone_s = None
 
     last_kept: float | None = a.opened_at
     lost_steps = 0
-    for step, time in a.steps:
+    for step, time in a.steps_in_order():
         if step > restore.step:
             lost_steps += 1
         else:
@@ -158,56 +203,108 @@ def stop_cost(a: RunFold, b: RunFold, restore: RestoreStarted | LeanRestoreStart
             f"step {restore.step}"
         )
 
-    return StopCost(
-        stopped_run=a.run_id,
-        restored_run=b.run_id,
-        stop_time=stop_time,
-        downtime_s=restore.time - stop_time,
-        restore_s=restore_s,
-        restored_step=restore.step,
-        captured_at=captured_at,
-        in_flight=len(in_flight),
-        resumed=resumed,
-        restarted=len(in_flight) - resumed,
-        thrown_away_s=thrown_away_s,
-        redone=redone,
-        redone_s=redone_s,
-        lost_s=None if redone_s is None else thrown_away_s + redone_s,
-        lost_steps=lost_steps,
-        lost_steps_s=lost_steps_s,
-        restore_path=restore.path,
-        captured_from=captured_from,
-        reasons=reasons,
+    return _finite(
+        StopCost(
+            stopped_run=a.run_id,
+            restored_run=b.run_id,
+            stop_time=stop_time,
+            downtime_s=restore.time - stop_time,
+            restore_s=restore_s,
+            restored_step=restore.step,
+            captured_at=captured_at,
+            in_flight=len(in_flight),
+            resumed=resumed,
+            restarted=len(in_flight) - resumed,
+            thrown_away_s=thrown_away_s,
+            redone=redone,
+            redone_s=redone_s,
+            lost_s=None if redone_s is None else thrown_away_s + redone_s,
+            lost_steps=lost_steps,
+            lost_steps_s=lost_steps_s,
+            restore_path=restore.path,
+            captured_from=captured_from,
+            reasons=reasons,
+        )
     )
 
 
-def _redone(a: RunFold, captured_at: float) -> tuple[int, float, int]:
-    """Siblings not in flight whose last seal in A is later than ``captured_at``.
+def _finite(cost: StopCost) -> StopCost:
+    """Make a time that overflowed (times at the edge of the float range) None, with why."""
+    for name in FIGURES:
+        value = getattr(cost, name)
+        if isinstance(value, float) and not math.isfinite(value):
+            setattr(cost, name, None)
+            cost.reasons[name] = (
+                f"{name} is not a finite number ({value}): the times it is computed from "
+                "are at the edge of the float range"
+            )
+    return cost
+
+
+def _redone(
+    seals: list[tuple[Any, float, float]], in_flight: dict[Any, float], captured_at: float
+) -> tuple[int, float, int]:
+    """Siblings not in flight whose last seal is later than ``captured_at``.
 
     Returns the count, the sum of their spans, and how many had no known start.
     """
-    times, spans, keys = a.seal_times, a.seal_spans, a.seal_keys
-    # Seals come in seq order, so their times almost always rise; then the
-    # scan can stop at the first one at or before the capture.
-    in_order = all(map(operator.le, times, itertools.islice(times, 1, None)))
-    seen: set[SiblingKey] = set()
     count = 0
-    total = 0.0
+    spans: list[float] = []
     unstarted = 0
-    for i in range(len(times) - 1, -1, -1):
-        if times[i] <= captured_at:
-            if in_order:
-                break
-            continue
-        key = keys[i]
-        if key in seen:
-            continue
-        seen.add(key)
-        if key in a.open:
+    for key, sealed_at, span in seals:
+        if sealed_at <= captured_at or key in in_flight:
             continue
         count += 1
-        if math.isnan(spans[i]):
+        if math.isnan(span):
             unstarted += 1
         else:
-            total += spans[i]
-    return count, total, unstarted
+            spans.append(span)
+    return count, math.fsum(spans), unstarted
+
+
+def stop_notes(a: RunFold, b: RunFold, cost: StopCost) -> Iterator[Note]:
+    """What looks wrong about one stop without making a figure n/a."""
+    if cost.downtime_s is not None and cost.downtime_s < 0:
+        yield Note(
+            kind="negative_downtime",
+            run_id=b.run_id,
+            text=f"run {b.run_id} started its restore {-cost.downtime_s:.3f} s before run "
+            f"{a.run_id}'s last event: the runs overlap, or their hosts' clocks disagree",
+        )
+    elif b.opened_at is not None and b.opened_at < a.last_time:
+        yield Note(
+            kind="overlap",
+            run_id=b.run_id,
+            text=f"run {b.run_id} opened {a.last_time - b.opened_at:.3f} s before run "
+            f"{a.run_id}'s last event: two controllers at once, or clocks that disagree",
+        )
+    in_flight = a.siblings().open
+    strangers = [key for key in b.resumed if key not in in_flight]
+    if strangers:
+        shown = ", ".join(_key(k) for k in sorted(strangers, key=repr)[:5])
+        more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
+        yield Note(
+            kind="resumed_not_in_flight",
+            run_id=b.run_id,
+            text=f"run {b.run_id} resumed {len(strangers)} sibling(s) that run {a.run_id} did "
+            f"not have in flight at its stop: {shown}{more}",
+        )
+        # Siblings match by (prompt_id, generation_index) with the JSON type
+        # of the prompt id: 7 and "7" are two siblings.
+        as_text = {(str(p), g): (p, g) for p, g in in_flight}
+        retyped = [(as_text[(str(p), g)], (p, g)) for p, g in strangers if (str(p), g) in as_text]
+        if retyped:
+            (pa, ga), (pb, _) = retyped[0]
+            yield Note(
+                kind="prompt_id_types",
+                run_id=b.run_id,
+                text=f"{len(retyped)} sibling(s) differ only in the JSON type of prompt_id, "
+                f"e.g. {pa!r} ({type(pa).__name__}) in run {a.run_id} and {pb!r} "
+                f"({type(pb).__name__}) in run {b.run_id}, generation {ga}: they count as "
+                "different siblings; emit prompt ids of one type",
+            )
+
+
+def _key(key: Any) -> str:
+    prompt, index = key
+    return f"(prompt_id {prompt!r}, generation_index {index})"

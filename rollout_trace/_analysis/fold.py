@@ -1,27 +1,36 @@
-"""One run's state as the restore-cost figures need it, folded event by event.
+"""One run's state as the restore-cost figures need it, the same in any arrival order.
 
-A ``RunFold`` keeps, per run, the attempts open now, one record per sealed
-attempt, the steps, the published snapshots and checkpoints, and how the run
-began. Events are applied in ``seq`` order: an event that arrives early waits
-in a small heap until the ones before it have come (or until the heap fills,
-for a gap); one seen twice is counted once.
+A trace set is a set: no order of its files or of their lines may change a
+figure. So a ``RunFold`` holds nothing that depends on the order events
+arrive in. Each field is the event with the highest (or lowest) ``seq`` of
+some kind, ``seq`` being the order in which the tracer accepted the events:
+the run's last event, its first rollout event, each attempt's latest start,
+end and seal. Folding an event in is therefore commutative, folding it twice
+changes nothing, and two folds of parts of one run merge into the fold of the
+whole (``merge``), which is what lets files be read apart and joined later.
+
+Memory, per run: one row per attempt (sibling and attempt number, five
+numbers in arrays), the seqs seen as ranges (one per gap or out-of-order
+stretch), the steps, snapshots and checkpoints, and the siblings resumed.
+Never the events themselves.
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from array import array
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 from .._reading.lean import (
     ATTEMPT_KIND,
     DISPATCHED,
-    ENDED,
+    ENVELOPE_ONLY,
     LEAN,
+    RESUMED,
     SEALED,
     LeanRestoreFinished,
+    LeanRestoreStarted,
     LeanSnapshotPublished,
     LeanStepTrained,
     LeanTraceOpened,
@@ -29,11 +38,6 @@ from .._reading.lean import (
 )
 from .._schema.events import (
     LIFECYCLE_EVENTS,
-    AttemptAbandoned,
-    AttemptDispatched,
-    AttemptRefused,
-    AttemptResumed,
-    AttemptSealed,
     GroupAdmitted,
     GroupDiscarded,
     GroupReserved,
@@ -47,29 +51,43 @@ from .._schema.events import (
     WeightsSynced,
 )
 
-__all__ = ["SiblingKey", "RunFold"]
+__all__ = [
+    "FAST_KIND",
+    "IGNORED",
+    "ROLLOUT",
+    "SEQ_LIMIT",
+    "First",
+    "RunFold",
+    "SeqRanges",
+    "SiblingKey",
+    "Siblings",
+]
 
 # A sibling: (prompt_id, generation_index); its attempts are its tries.
 SiblingKey = tuple[Union[int, str], int]  # noqa: UP007
+_AttemptKey = tuple[Union[int, str], int, int]  # noqa: UP007
 
-# How far ahead of the next expected seq an event may arrive and still be put
-# in order. Threads emitting at once shuffle neighbours only; a larger
-# distance is a gap (dropped events), and the run moves past it.
-_REORDER_WINDOW = 4096
+# Seqs are kept in signed 64-bit arrays; a larger one is corrupt data.
+SEQ_LIMIT = 1 << 62
 
-# The rollout events (README: Reference > Rollout events): the first of them tells whether a run's
-# rollout work begins with a restore.
-_ROLLOUT = frozenset(
+# The hot loop's view of a class: an attempt kind, IGNORED for an event no
+# figure reads beyond its envelope, missing for anything `RunFold.other` reads.
+IGNORED = 0
+FAST_KIND: dict[type[Any], int] = dict(ATTEMPT_KIND)
+FAST_KIND.update(
+    dict.fromkeys((GroupReserved, GroupAdmitted, GroupSealed, GroupDiscarded, WeightsSynced), 0)
+)
+FAST_KIND.update((LEAN[tag], IGNORED) for tag in ENVELOPE_ONLY)
+
+# The rollout events (README: Reference > Rollout events): the first of them,
+# by seq, tells whether a run's rollout work begins with a restore.
+ROLLOUT: frozenset[type[Any]] = frozenset(
     {
+        *ATTEMPT_KIND,
         GroupReserved,
         GroupAdmitted,
         GroupSealed,
         GroupDiscarded,
-        AttemptDispatched,
-        AttemptSealed,
-        AttemptRefused,
-        AttemptResumed,
-        AttemptAbandoned,
         StepTrained,
         WeightsSynced,
         TrainerCheckpointPublished,
@@ -81,175 +99,342 @@ _ROLLOUT = frozenset(
 )
 
 
+class SeqRanges:
+    """The seqs seen in one run, as sorted, disjoint ``[start, end)`` ranges.
+
+    Events that arrive in seq order extend the last range; a gap (a dropped
+    event) or a stretch that arrives early opens another, which joins its
+    neighbours once the seqs between them come. Memory is one range per gap.
+    """
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def add(self, seq: int) -> bool:
+        """Record ``seq``; False when it was seen before."""
+        starts, ends = self.starts, self.ends
+        if ends and ends[-1] == seq:
+            ends[-1] = seq + 1
+            return True
+        i = bisect.bisect_right(starts, seq) - 1
+        if i >= 0 and seq < ends[i]:
+            return False
+        joins_left = i >= 0 and ends[i] == seq
+        joins_right = i + 1 < len(starts) and starts[i + 1] == seq + 1
+        if joins_left and joins_right:
+            ends[i] = ends[i + 1]
+            del starts[i + 1], ends[i + 1]
+        elif joins_left:
+            ends[i] = seq + 1
+        elif joins_right:
+            starts[i + 1] = seq
+        else:
+            starts.insert(i + 1, seq)
+            ends.insert(i + 1, seq + 1)
+        return True
+
+    def __contains__(self, seq: int) -> bool:
+        i = bisect.bisect_right(self.starts, seq) - 1
+        return i >= 0 and seq < self.ends[i]
+
+    def __len__(self) -> int:
+        return sum(e - s for s, e in zip(self.starts, self.ends, strict=True))
+
+    def overlap(self, other: SeqRanges) -> int:
+        """How many seqs both hold."""
+        out = 0
+        i = j = 0
+        a_s, a_e, b_s, b_e = self.starts, self.ends, other.starts, other.ends
+        while i < len(a_s) and j < len(b_s):
+            lo, hi = max(a_s[i], b_s[j]), min(a_e[i], b_e[j])
+            if lo < hi:
+                out += hi - lo
+            if a_e[i] <= b_e[j]:
+                i += 1
+            else:
+                j += 1
+        return out
+
+    def union(self, other: SeqRanges) -> None:
+        """Add every seq of ``other``."""
+        pairs = sorted(zip(self.starts + other.starts, self.ends + other.ends, strict=True))
+        starts: list[int] = []
+        ends: list[int] = []
+        for s, e in pairs:
+            if ends and s <= ends[-1]:
+                ends[-1] = max(ends[-1], e)
+            else:
+                starts.append(s)
+                ends.append(e)
+        self.starts, self.ends = starts, ends
+
+
+class First(NamedTuple):
+    """An event picked by its seq (the first or last of a kind): its seq and the event."""
+
+    seq: int
+    event: Any
+
+
+class Siblings(NamedTuple):
+    """A run's siblings as the figures see them at its end.
+
+    ``open`` maps each sibling in flight to the time its open attempt began;
+    ``seals`` holds, per sibling with an ``attempt_sealed``, its last seal:
+    ``(key, seal time, seal time minus the attempt's start)``, the span NaN
+    where the run has no start of that attempt before the seal.
+    """
+
+    open: dict[SiblingKey, float]
+    seals: list[tuple[SiblingKey, float, float]]
+
+
 class RunFold:
-    """The state of one run that the figures need, folded as events arrive."""
+    """The state of one run that the figures need, in any arrival order."""
 
     __slots__ = (
+        "_siblings",
         "checkpoints",
         "duplicates",
+        "end_seq",
+        "first",
+        "first_restore",
         "first_rollout",
-        "first_time",
-        "gaps",
-        "last_seq",
-        "last_time",
-        "next_seq",
-        "open",
-        "opened_at",
-        "pending",
-        "restore_finished_at",
+        "last",
+        "opened",
+        "restore_finished",
         "resumed",
+        "rows",
         "run_id",
-        "seal_keys",
-        "seal_spans",
-        "seal_times",
+        "seal_seq",
+        "seal_time",
+        "seqs",
         "snapshots",
+        "start_seq",
+        "start_time",
         "steps",
-        "superseded",
-        "tiebreak",
+        "unusable",
     )
 
-    def __init__(self, run_id: str, first_time: float) -> None:
+    def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.first_time = first_time
-        self.opened_at: float | None = None
-        self.next_seq = 0
-        self.last_seq = -1
-        self.last_time = first_time
-        self.pending: list[tuple[int, int, Any]] = []
-        self.tiebreak = 0
-        # The seq numbers passed over without their event, as [start, end)
-        # ranges: an event below next_seq is a late one only if it is in a gap;
-        # otherwise it is a duplicate (a run read twice: two sinks of one
-        # tracer, a copied file) and must not count twice.
-        self.gaps: list[tuple[int, int]] = []
+        self.seqs = SeqRanges()
+        # Events whose seq was seen already (a run read from two files) and
+        # events with a seq no tracer gives (negative or too large).
         self.duplicates = 0
-        # sibling -> (attempt, start time) of its open attempt, if it has one.
-        self.open: dict[SiblingKey, tuple[int, float]] = {}
-        self.superseded: dict[tuple[SiblingKey, int], float] = {}
-        # One entry per attempt_sealed: sibling, seal time, seal - start (NaN
-        # when A never started that attempt, e.g. its dispatch was dropped).
-        self.seal_keys: list[SiblingKey] = []
-        self.seal_times = array("d")
-        self.seal_spans = array("d")
-        self.steps: list[tuple[int, float]] = []
-        self.snapshots: dict[str, float] = {}
-        self.checkpoints: dict[str, float] = {}
-        self.first_rollout: Any = None
-        self.restore_finished_at: float | None = None
+        self.unusable = 0
+        # The events with the lowest and highest seq, and the first of kinds.
+        self.first: First | None = None
+        self.last: First | None = None
+        self.opened: First | None = None
+        self.first_rollout: First | None = None
+        self.first_restore: First | None = None
+        self.restore_finished: First | None = None
+        self.steps: dict[int, tuple[int, float]] = {}  # seq -> (step, time)
+        self.snapshots: dict[str, tuple[int, float]] = {}  # path -> (seq, captured_at)
+        self.checkpoints: dict[str, tuple[int, float]] = {}  # path -> (seq, time)
         self.resumed: set[SiblingKey] = set()
+        # One row per attempt: the seq and time of its latest start
+        # (dispatch or resume), the seq of its latest end (seal, refusal or
+        # abandonment), the seq and time of its latest seal; -1 for none.
+        self.rows: dict[_AttemptKey, int] = {}
+        self.start_seq = array("q")
+        self.start_time = array("d")
+        self.end_seq = array("q")
+        self.seal_seq = array("q")
+        self.seal_time = array("d")
+        self._siblings: Siblings | None = None
 
-    def apply(self, ev: Any) -> None:
-        """Fold one event in, in seq order."""
-        if ev.seq > self.last_seq:
-            self.last_seq = ev.seq
-            self.last_time = ev.time
-        if self.first_rollout is None and type(ev) in _ROLLOUT:
-            self.first_rollout = ev
-        kind = ATTEMPT_KIND.get(type(ev))
-        if kind is not None:
-            # Attempt events come as real or lean classes: dispatch on kind.
-            self.attempt_event(kind, ev)
+    # --- folding events in ---------------------------------------------------
+
+    def add(self, ev: Any) -> None:
+        """Fold one event of this run in, whatever its place in the arrival order."""
+        seq = ev.seq
+        if not 0 <= seq < SEQ_LIMIT:
+            self.unusable += 1
             return
+        if not self.seqs.add(seq):
+            self.duplicates += 1
+            return
+        self._siblings = None
+        if self.first is None or seq < self.first.seq:
+            self.first = First(seq, ev)
+        if self.last is None or seq > self.last.seq:
+            self.last = First(seq, ev)
+        cls = type(ev)
+        if cls in ROLLOUT and (self.first_rollout is None or seq < self.first_rollout.seq):
+            self.first_rollout = First(seq, ev)
+        kind = FAST_KIND.get(cls)
+        if kind is None:
+            self.other(ev)
+        elif kind != IGNORED:
+            self.attempt(kind, ev)
+
+    def attempt(self, kind: int, ev: Any) -> None:
+        """Fold an attempt event in (its seq already recorded)."""
+        key = (ev.prompt_id, ev.generation_index, ev.attempt)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = len(self.start_seq)
+            self.start_seq.append(-1)
+            self.start_time.append(math.nan)
+            self.end_seq.append(-1)
+            self.seal_seq.append(-1)
+            self.seal_time.append(math.nan)
+        seq = ev.seq
+        if kind in (DISPATCHED, RESUMED):
+            if seq > self.start_seq[row]:
+                self.start_seq[row] = seq
+                self.start_time[row] = ev.time
+            if kind == RESUMED:
+                self.resumed.add(key[:2])
+            return
+        if seq > self.end_seq[row]:
+            self.end_seq[row] = seq
+        if kind == SEALED and seq > self.seal_seq[row]:
+            self.seal_seq[row] = seq
+            self.seal_time[row] = ev.time
+
+    def other(self, ev: Any) -> None:
+        """Fold in an event that is neither an attempt event nor ignored."""
+        seq = ev.seq
         match ev:
             case StepTrained() | LeanStepTrained():
-                self.steps.append((ev.step, ev.time))
+                self.steps[seq] = (ev.step, ev.time)
             case SnapshotPublished() | LeanSnapshotPublished():
-                self.snapshots[ev.path] = ev.captured_at
+                _keep_latest(self.snapshots, ev.path, seq, ev.captured_at)
             case TrainerCheckpointPublished() | LeanTrainerCheckpointPublished():
-                self.checkpoints[ev.path] = ev.time
+                _keep_latest(self.checkpoints, ev.path, seq, ev.time)
+            case RestoreStarted() | LeanRestoreStarted():
+                if self.first_restore is None or seq < self.first_restore.seq:
+                    self.first_restore = First(seq, ev)
             case RestoreFinished() | LeanRestoreFinished():
-                if self.restore_finished_at is None:
-                    self.restore_finished_at = ev.time
+                if self.restore_finished is None or seq < self.restore_finished.seq:
+                    self.restore_finished = First(seq, ev)
             case TraceOpened() | LeanTraceOpened():
-                self.opened_at = ev.time
+                if self.opened is None or seq < self.opened.seq:
+                    self.opened = First(seq, ev)
             case _:
                 pass
 
-    def start(self, key: SiblingKey, attempt: int, t: float) -> None:
-        prev = self.open.get(key)
-        if prev is not None and prev[0] != attempt:
-            # A newer try began while this one had not ended; keep its start
-            # in case it still ends (a late seal is still redone work).
-            self.superseded[(key, prev[0])] = prev[1]
-        self.open[key] = (attempt, t)
-
-    def end(self, key: SiblingKey, attempt: int) -> float | None:
-        """Close ``attempt`` of ``key``; its start time, or None if A never started it."""
-        started = self.open.get(key)
-        if started is not None and started[0] == attempt:
-            del self.open[key]
-            return started[1]
-        if self.superseded:
-            return self.superseded.pop((key, attempt), None)
-        return None
-
-    def attempt_event(self, kind: int, ev: Any) -> None:
-        key = (ev.prompt_id, ev.generation_index)
-        if kind == DISPATCHED:
-            self.start(key, ev.attempt, ev.time)
-        elif kind == SEALED:
-            self.seal(key, ev.attempt, ev.time)
-        elif kind == ENDED:
-            self.end(key, ev.attempt)
-        else:
-            # A resume starts the attempt in this run, at the resume's time.
-            self.start(key, ev.attempt, ev.time)
-            self.resumed.add(key)
-
-    def seal(self, key: SiblingKey, attempt: int, t: float) -> None:
-        began = self.end(key, attempt)
-        span = math.nan if began is None else t - began
-        self.seal_keys.append(key)
-        self.seal_times.append(t)
-        self.seal_spans.append(span)
-
-    def arrive_out_of_order(self, ev: Any) -> None:
-        """An event whose seq is not the next one: hold it, or apply it late."""
-        if ev.seq < self.next_seq:
-            # Already past it: an event later than the window, or a duplicate.
-            if self._fill_gap(ev.seq):
-                self.apply(ev)
-            else:
-                self.duplicates += 1
-            return
-        self.tiebreak += 1
-        heapq.heappush(self.pending, (ev.seq, self.tiebreak, ev))
-        if len(self.pending) > _REORDER_WINDOW:
-            # The run skipped a seq (a dropped event): move on past the gap.
-            self._skip_to(self.pending[0][0])
-        self.drain()
-
-    def _skip_to(self, seq: int) -> None:
-        if seq > self.next_seq:
-            self.gaps.append((self.next_seq, seq))
-            self.next_seq = seq
-
-    def _fill_gap(self, seq: int) -> bool:
-        """Take ``seq`` out of the gaps; whether it was in one."""
-        i = bisect.bisect_right(self.gaps, (seq, math.inf)) - 1
-        if i < 0:
-            return False
-        start, end = self.gaps[i]
-        if not start <= seq < end:
-            return False
-        self.gaps[i : i + 1] = [r for r in ((start, seq), (seq + 1, end)) if r[0] < r[1]]
-        return True
-
-    def drain(self) -> None:
-        pending = self.pending
-        while pending and pending[0][0] <= self.next_seq:
-            seq, _, ev = heapq.heappop(pending)
-            if seq < self.next_seq:  # the same seq twice in the window
-                self.duplicates += 1
+    def merge(self, other: RunFold) -> None:
+        """Fold in the fold of another part of this run (another file, another process)."""
+        self.duplicates += other.duplicates + self.seqs.overlap(other.seqs)
+        self.unusable += other.unusable
+        self.seqs.union(other.seqs)
+        self._siblings = None
+        self.first = _lower(self.first, other.first)
+        self.last = _higher(self.last, other.last)
+        self.opened = _lower(self.opened, other.opened)
+        self.first_rollout = _lower(self.first_rollout, other.first_rollout)
+        self.first_restore = _lower(self.first_restore, other.first_restore)
+        self.restore_finished = _lower(self.restore_finished, other.restore_finished)
+        self.steps.update(other.steps)
+        for path, (seq, value) in other.snapshots.items():
+            _keep_latest(self.snapshots, path, seq, value)
+        for path, (seq, value) in other.checkpoints.items():
+            _keep_latest(self.checkpoints, path, seq, value)
+        self.resumed |= other.resumed
+        for key, theirs in other.rows.items():
+            row = self.rows.get(key)
+            if row is None:
+                self.rows[key] = len(self.start_seq)
+                self.start_seq.append(other.start_seq[theirs])
+                self.start_time.append(other.start_time[theirs])
+                self.end_seq.append(other.end_seq[theirs])
+                self.seal_seq.append(other.seal_seq[theirs])
+                self.seal_time.append(other.seal_time[theirs])
                 continue
-            self.apply(ev)
-            self.next_seq = seq + 1
+            if other.start_seq[theirs] > self.start_seq[row]:
+                self.start_seq[row] = other.start_seq[theirs]
+                self.start_time[row] = other.start_time[theirs]
+            self.end_seq[row] = max(self.end_seq[row], other.end_seq[theirs])
+            if other.seal_seq[theirs] > self.seal_seq[row]:
+                self.seal_seq[row] = other.seal_seq[theirs]
+                self.seal_time[row] = other.seal_time[theirs]
 
-    def finish(self) -> None:
-        while self.pending:
-            self._skip_to(self.pending[0][0])
-            self.drain()
+    def invalidate(self) -> None:
+        """Forget what ``siblings`` computed: more events were folded in."""
+        self._siblings = None
+
+    # --- what the figures read -------------------------------------------------
+
+    @property
+    def last_time(self) -> float:
+        """The time of the run's last event by seq: its stop time."""
+        return math.nan if self.last is None else float(self.last.event.time)
+
+    @property
+    def opened_at(self) -> float | None:
+        return None if self.opened is None else float(self.opened.event.time)
 
     @property
     def order(self) -> tuple[float, str]:
-        return (self.opened_at if self.opened_at is not None else self.first_time, self.run_id)
+        """Runs are ordered by their ``trace_opened`` time (the first event's, lacking one)."""
+        if self.opened is not None:
+            return (self.opened.event.time, self.run_id)
+        return (math.nan if self.first is None else self.first.event.time, self.run_id)
+
+    def siblings(self) -> Siblings:
+        """Which siblings are in flight at the run's end, and each one's last seal.
+
+        A sibling is in flight when its latest start (by seq) is of an
+        attempt the run has no end of after that start.
+        """
+        if self._siblings is not None:
+            return self._siblings
+        latest_start: dict[SiblingKey, int] = {}
+        latest_seal: dict[SiblingKey, int] = {}
+        start_seq, seal_seq = self.start_seq, self.seal_seq
+        for (prompt, index, _), row in self.rows.items():
+            key = (prompt, index)
+            if start_seq[row] >= 0:
+                best = latest_start.get(key)
+                if best is None or start_seq[row] > start_seq[best]:
+                    latest_start[key] = row
+            if seal_seq[row] >= 0:
+                best = latest_seal.get(key)
+                if best is None or seal_seq[row] > seal_seq[best]:
+                    latest_seal[key] = row
+        open_ = {
+            key: self.start_time[row]
+            for key, row in latest_start.items()
+            if self.end_seq[row] < start_seq[row]
+        }
+        seals = []
+        for key, row in latest_seal.items():
+            began = start_seq[row]
+            span = (
+                self.seal_time[row] - self.start_time[row]
+                if 0 <= began < seal_seq[row]
+                else math.nan
+            )
+            seals.append((key, self.seal_time[row], span))
+        self._siblings = Siblings(open_, seals)
+        return self._siblings
+
+    def steps_in_order(self) -> list[tuple[int, float]]:
+        """``(step, time)`` of each ``step_trained``, in seq order."""
+        return [self.steps[seq] for seq in sorted(self.steps)]
+
+
+def _keep_latest(table: dict[str, tuple[int, float]], path: str, seq: int, value: float) -> None:
+    # Published twice under one path: the later one (by seq) stands.
+    held = table.get(path)
+    if held is None or seq > held[0]:
+        table[path] = (seq, value)
+
+
+def _lower(a: First | None, b: First | None) -> First | None:
+    if a is None or (b is not None and b.seq < a.seq):
+        return b
+    return a
+
+
+def _higher(a: First | None, b: First | None) -> First | None:
+    if a is None or (b is not None and b.seq > a.seq):
+        return b
+    return a

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+import msgspec
+
 from .._analysis.cost import CostAnalysis, gc_paused
 from .._analysis.figures import FIGURE_ROWS, FIGURES, StopCost
 from .._reading.reader import ReadProblem
@@ -51,6 +53,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         doc = {
             "stops": [s.to_dict() for s in stops],
+            "notes": [msgspec.to_builtins(n) for n in analysis.notes],
             "reasons": [
                 {
                     "stopped_run": s.stopped_run,
@@ -62,7 +65,9 @@ def _run(args: argparse.Namespace) -> int:
                 for figure, reason in s.reasons.items()
             ],
         }
-        print(json.dumps(doc, indent=2))
+        # Every figure is finite or null (StopCost's rule): allow_nan=False
+        # makes a slip fail here rather than print JSON no parser takes.
+        print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(render(stops))
     return 1 if any(s.reasons for s in stops) else 0
@@ -80,8 +85,13 @@ def render(stops: list[StopCost]) -> str:
         return "no stops: no run in the trace set begins with a restore"
     out: list[str] = []
     for i, stop in enumerate(stops, 1):
+        stopped = (
+            "an unknown run stopped (none before it in the trace set)"
+            if stop.stopped_run is None
+            else f"run {stop.stopped_run} stopped"
+        )
         out.append(
-            f"stop {i} of {len(stops)}: run {stop.stopped_run} stopped; "
+            f"stop {i} of {len(stops)}: {stopped}; "
             f"run {stop.restored_run} restored {stop.restore_path!r}"
         )
         rows = []

@@ -1,0 +1,318 @@
+"""A trace set is a set: no order of files or lines, and no split of a run, changes a figure.
+
+Also what the analysis says beside the figures: stops of an unknown run,
+notes, and figures that overflow.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scenario import (
+    abandon,
+    disp,
+    make_run,
+    restore,
+    restored,
+    resume,
+    run_id,
+    seal,
+    snapshot,
+    step,
+    write,
+)
+
+import rollout_trace as rt
+from rollout_trace._analysis.cost import CostAnalysis
+from rollout_trace._cli.main import main
+from rollout_trace._reading.reader import iter_blocks
+
+# Two long runs: A dispatches and seals thousands of tries (more than any
+# window a reorder buffer could hold), publishes snapshots, and stops with
+# tries open; B restores the last snapshot, resumes some tries and restarts
+# the rest. Its figures are computed by hand below.
+SIBLINGS = 6000
+
+
+def _long_stop() -> tuple[list[rt.Event], list[rt.Event]]:
+    body: list[tuple[float, rt.Event]] = []
+    t = 1000.0
+    for i in range(SIBLINGS):
+        body.append((t, disp(i, 0)))
+        t += 0.01
+        if i % 10 != 9:  # every tenth try is still open at the stop
+            body.append((t, seal(i, 0)))
+            t += 0.01
+        if i % 1000 == 999:
+            body.append((t, step(i // 1000)))
+            body.append((t, snapshot(i // 1000, f"/s/{i // 1000}", captured_at=t - 0.5)))
+            t += 0.01
+    body.append((t + 1.0, rt.WeightsSynced(weight_version=7)))
+    a = make_run(1, 900.0, body)
+    b_body: list[tuple[float, rt.Event]] = [
+        (t + 60.0, restore(f"/s/{SIBLINGS // 1000 - 2}", SIBLINGS // 1000 - 2)),
+        (t + 65.0, restored(SIBLINGS // 1000 - 2)),
+    ]
+    for i in range(9, SIBLINGS, 20):  # half of the open tries resumed
+        b_body.append((t + 66.0, resume(i, 0)))
+    return a, make_run(2, t + 50.0, b_body)
+
+
+def _expected(a: list[rt.Event]) -> dict[str, Any]:
+    stop_time = a[-1].time
+    starts = {ev.prompt_id: ev.time for ev in a if isinstance(ev, rt.AttemptDispatched)}
+    open_ = [i for i in range(9, SIBLINGS, 10)]
+    restarted = [i for i in open_ if (i - 9) % 20 != 0]
+    return {
+        "in_flight": len(open_),
+        "resumed": len(open_) - len(restarted),
+        "restarted": len(restarted),
+        "thrown_away_s": sum(stop_time - starts[i] for i in restarted),
+    }
+
+
+@pytest.fixture(scope="module")
+def long_stop() -> tuple[list[rt.Event], list[rt.Event]]:
+    return _long_stop()
+
+
+def _stops(paths: list[Path], *, lean: bool = True) -> list[dict[str, Any]]:
+    analysis = CostAnalysis()
+    for _, events, _ in iter_blocks([str(p) for p in paths], lean=lean):
+        analysis.add(events)
+    return [s.to_dict() for s in analysis.stops()]
+
+
+def _split(events: list[rt.Event], parts: int) -> list[list[rt.Event]]:
+    size = -(-len(events) // parts)
+    return [events[i : i + size] for i in range(0, len(events), size)]
+
+
+# Each layout: how the two runs' lines are laid out in files, in the order given.
+LAYOUTS = {
+    # One file per run, in order: the layout every other one must agree with.
+    "in order": lambda a, b, rng: [a, b],
+    # A's tail first (rotated or per-process files named out of order): the
+    # analysis once lost the stop or its figures here.
+    "tail first": lambda a, b, rng: [*reversed(_split(a, 3)), b],
+    # Every line of the set in reverse order, in one file.
+    "lines reversed": lambda a, b, rng: [list(reversed(a + b))],
+    # Every line shuffled, spread over five files.
+    "shuffled": lambda a, b, rng: _split(rng.sample(a + b, len(a + b)), 5),
+    # The restored run's file before the stopped run's.
+    "files reversed": lambda a, b, rng: [b, a],
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "full"])
+def test_no_order_of_files_or_lines_changes_a_figure(
+    long_stop: tuple[list[rt.Event], list[rt.Event]], tmp_path: Path, layout: str, lean: bool
+) -> None:
+    a, b = long_stop
+    files = LAYOUTS[layout](a, b, random.Random(5))
+    paths = [write(tmp_path / f"part-{i}.jsonl", part) for i, part in enumerate(files)]
+    [stop] = _stops(paths, lean=lean)
+    expected = _expected(a)
+    assert {k: stop[k] for k in expected} == pytest.approx(expected)
+    [reference] = _stops(
+        [write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b)], lean=lean
+    )
+    assert stop == reference
+
+
+def test_folds_of_parts_of_a_run_merge_into_the_fold_of_the_whole(
+    long_stop: tuple[list[rt.Event], list[rt.Event]],
+) -> None:
+    a, b = long_stop
+    events = random.Random(3).sample(a + b, len(a) + len(b))
+    whole = CostAnalysis()
+    whole.add(events)
+    merged = CostAnalysis()
+    for part in _split(events, 4):
+        piece = CostAnalysis()
+        piece.add(part)
+        merged.merge(piece)
+    assert [s.to_dict() for s in merged.stops()] == [s.to_dict() for s in whole.stops()]
+    assert merged.notes == whole.notes == []
+
+
+def test_memory_grows_with_attempts_not_events() -> None:
+    # 40,000 events of which only 200 are attempt events: the fold keeps no
+    # event, so the other 39,800 (shuffled, so nothing arrives in order) cost
+    # only the seq ranges they leave open, and those close as they fill.
+    body: list[tuple[float, rt.Event]] = [(100.0 + i, disp(i, 0)) for i in range(100)]
+    body += [(200.0 + i, seal(i, 0)) for i in range(100)]
+    body += [(300.0 + i, rt.WeightsSynced(weight_version=i)) for i in range(39_800)]
+    events = random.Random(1).sample(make_run(1, 50.0, body), len(body) + 1)
+    tracemalloc.start()
+    try:
+        analysis = CostAnalysis()
+        for i in range(0, len(events), 4096):
+            analysis.add(events[i : i + 4096])
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # 200 attempt rows and a few hundred ranges: well under a kilobyte per
+    # attempt, where keeping the events would take several megabytes.
+    assert held < 400_000, held
+
+
+# --- what the analysis says beside the figures ---------------------------------
+
+
+def _cost_json(paths: list[Path], capsys: pytest.CaptureFixture[str]) -> tuple[int, Any, str]:
+    status = main(["cost", *map(str, paths), "--json"])
+    out, err = capsys.readouterr()
+    return status, json.loads(out), err
+
+
+def test_a_restore_with_no_run_before_it_is_a_stop_of_an_unknown_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = make_run(2, 200.0, [(210.0, restore("/s/1", 2)), (215.0, restored(2))])
+    status, doc, err = _cost_json([write(tmp_path / "b.jsonl", b)], capsys)
+    assert status == 1
+    [stop] = doc["stops"]
+    assert stop["stopped_run"] is None and stop["restored_run"] == run_id(2)
+    assert (stop["restore_s"], stop["restored_step"]) == (5.0, 2)
+    unknown = {k for k, v in stop.items() if v is None and k != "stopped_run"}
+    assert unknown == {r["figure"] for r in doc["reasons"]}
+    assert "in_flight" in unknown and "downtime_s" in unknown
+    assert [n["kind"] for n in doc["notes"]] == ["no_stopped_run"]
+    assert "no_stopped_run" not in err and "no earlier run" in err
+    status = main(["cost", str(tmp_path / "b.jsonl")])
+    table = capsys.readouterr().out
+    assert status == 1
+    assert "unknown run stopped" in table and "n/a: no run before" in table
+    assert "no run in the trace set begins with a restore" not in table
+
+
+def test_a_restore_whose_clock_sorts_before_the_stopped_run_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A's host clock runs 500 s ahead: A seems to open after B, which restores
+    # the snapshot A published.
+    a = make_run(1, 600.0, [(651.0, snapshot(2, "/s/1", 650.0)), (660.0, disp(1, 0))])
+    b = make_run(2, 200.0, [(210.0, restore("/s/1", 2)), (215.0, restored(2))])
+    status, doc, _ = _cost_json(
+        [write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b)], capsys
+    )
+    assert status == 1
+    assert doc["stops"][0]["stopped_run"] is None
+    [note] = doc["notes"]
+    assert note["kind"] == "clock_skew" and run_id(1) in note["text"]
+
+
+def _pair(a_body: list[tuple[float, rt.Event]], b_body: list[tuple[float, rt.Event]]) -> Any:
+    a = make_run(1, 100.0, [(151.0, snapshot(2, "/s/1", 150.0)), *a_body, (170.0, step(1))])
+    b = make_run(2, 200.0, [(210.0, restore("/s/1", 2)), (215.0, restored(2)), *b_body])
+    return a, b
+
+
+# Each row: runs A and B, and the note kinds `cost --json` must carry.
+NOTES = [
+    pytest.param(
+        # B resumes a sibling A had sealed: A did not have it in flight.
+        _pair([(160.0, disp(1, 0)), (161.0, seal(1, 0))], [(216.0, resume(1, 0))]),
+        ["resumed_not_in_flight"],
+        id="resumed-not-in-flight",
+    ),
+    pytest.param(
+        # A dispatched prompt 7, B resumes prompt "7": two siblings to the figures.
+        _pair([(160.0, disp(7, 0))], [(216.0, resume("7", 0))]),
+        ["resumed_not_in_flight", "prompt_id_types"],
+        id="prompt-id-7-vs-str-7",
+    ),
+    pytest.param(
+        # B's restore comes at 150, before A's last event at 170.
+        (
+            make_run(1, 100.0, [(140.0, snapshot(2, "/s/1", 140.0)), (170.0, step(1))]),
+            make_run(2, 120.0, [(150.0, restore("/s/1", 2)), (155.0, restored(2))]),
+        ),
+        ["negative_downtime"],
+        id="negative-downtime",
+    ),
+    pytest.param(
+        # B opens at 165, before A's last event, and restores after it.
+        (
+            make_run(1, 100.0, [(140.0, snapshot(2, "/s/1", 140.0)), (170.0, step(1))]),
+            make_run(2, 165.0, [(175.0, restore("/s/1", 2)), (176.0, restored(2))]),
+        ),
+        ["overlap"],
+        id="runs-overlap",
+    ),
+    pytest.param(
+        # B dispatches before it restores: not a stop, and said so.
+        (
+            make_run(1, 100.0, [(140.0, snapshot(2, "/s/1", 140.0)), (170.0, step(1))]),
+            make_run(2, 200.0, [(205.0, disp(1, 0)), (210.0, restore("/s/1", 2))]),
+        ),
+        ["restore_not_first"],
+        id="restore-not-first",
+    ),
+]
+
+
+@pytest.mark.parametrize(("runs", "kinds"), NOTES)
+def test_notes_go_to_json_and_stderr(
+    runs: tuple[list[rt.Event], list[rt.Event]],
+    kinds: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    a, b = runs
+    _, doc, err = _cost_json(
+        [write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b)], capsys
+    )
+    assert [n["kind"] for n in doc["notes"]] == kinds
+    for note in doc["notes"]:
+        assert note["text"] in err
+
+
+def test_a_run_read_from_two_files_is_noted_and_counted_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = _pair([(160.0, disp(1, 0))], [])
+    # Two sinks of one tracer: A's lines in two files, one of them shuffled.
+    one = write(tmp_path / "a1.jsonl", a)
+    two = write(tmp_path / "a2.jsonl", random.Random(2).sample(a, len(a)))
+    _, once, _ = _cost_json([one, write(tmp_path / "b.jsonl", b)], capsys)
+    _, twice, _ = _cost_json([one, two, tmp_path / "b.jsonl"], capsys)
+    assert twice["stops"] == once["stops"]
+    [note] = twice["notes"]
+    assert note["kind"] == "read_twice" and f"{len(a):,} event(s)" in note["text"]
+
+
+def test_times_at_the_edge_of_the_float_range_give_null_figures_not_infinity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = 1.7e308
+    a = make_run(1, -big, [(-big, snapshot(2, "/s/1", -big)), (-big, disp(1, 0)), (big, step(3))])
+    b = make_run(2, big, [(big, restore("/s/1", 2)), (big, restored(2))])
+    paths = [write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b)]
+    status, doc, _ = _cost_json(paths, capsys)  # json.loads rejects nothing, so check the text
+    assert status == 1
+    [stop] = doc["stops"]
+    assert stop["thrown_away_s"] is None and stop["lost_steps_s"] is None
+    reasons = {r["figure"]: r["reason"] for r in doc["reasons"]}
+    assert "not a finite number" in reasons["thrown_away_s"]
+    main(["cost", *map(str, paths), "--json"])
+    text = capsys.readouterr().out
+    assert "Infinity" not in text and "NaN" not in text
+
+
+def test_nothing_restarted_is_zero_point_zero_seconds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = _pair([(160.0, disp(1, 0)), (161.0, abandon(1, 0, 0, "failed"))], [])
+    main(["cost", str(write(tmp_path / "a.jsonl", a)), str(write(tmp_path / "b.jsonl", b))])
+    capsys.readouterr()
+    main(["cost", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--json"])
+    text = capsys.readouterr().out
+    assert '"thrown_away_s": 0.0' in text
