@@ -13,13 +13,15 @@ begins with a restore with the run before it, computes the figures
 from __future__ import annotations
 
 import gc
+import math
+from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import msgspec
 
-from .._reading.lean import LeanRestoreStarted
+from .._reading.lean import DISPATCHED, SEALED, LeanRestoreStarted
 from .._schema.decoding import AnyEvent
 from .._schema.events import RestoreStarted, TraceOpened
 from .figures import Note, StopCost, orphan_cost, stop_cost, stop_notes
@@ -52,6 +54,10 @@ class CostAnalysis:
         kind_of = FAST_KIND.get
         need_first_rollout = False
         last: Any = None
+        rows: dict[Any, int] = {}
+        s_seq = s_att = e_seq = e_att = z_seq = z_att = array("q")
+        s_time = z_time = array("d")
+        nan = math.nan
         for ev in events:
             if ev.run_id != run_id:
                 if run is not None:
@@ -62,6 +68,9 @@ class CostAnalysis:
                     run = runs[run_id] = RunFold(run_id)
                 nxt, last = None, None
                 need_first_rollout = run.first_rollout is None
+                rows, s_seq, s_att, s_time = run.rows, run.s_seq, run.s_att, run.s_time
+                e_seq, e_att = run.e_seq, run.e_att
+                z_seq, z_att, z_time = run.z_seq, run.z_att, run.z_time
             assert run is not None
             seq = ev.seq
             if seq != nxt:
@@ -69,7 +78,7 @@ class CostAnalysis:
                 run.add(ev)
                 last = None
                 # The short path takes an event that extends the highest
-                # range: it is the run's last one so far, and not seen before.
+                # range: one later than every event of the run so far.
                 ends = run.seqs.ends
                 nxt = ends[-1] if ends else None
                 need_first_rollout = run.first_rollout is None
@@ -81,9 +90,34 @@ class CostAnalysis:
                 run.first_rollout = First(seq, ev)
                 need_first_rollout = False
             kind = kind_of(cls)
+            if kind == IGNORED:
+                continue
             if kind is None:
                 run.other(ev)
-            elif kind != IGNORED:
+                continue
+            key = (ev.prompt_id, ev.generation_index)
+            row = rows.get(key)
+            if row is None:
+                if kind == DISPATCHED:
+                    # The usual first event of a sibling: its first try.
+                    rows[key] = len(s_seq)
+                    s_seq.append(seq)
+                    s_att.append(ev.attempt)
+                    s_time.append(ev.time)
+                    e_seq.append(-1)
+                    e_att.append(-1)
+                    z_seq.append(-1)
+                    z_att.append(-1)
+                    z_time.append(nan)
+                    continue
+                row = run.new_row(key)
+            if kind == SEALED and e_seq[row] < 0 <= s_seq[row]:
+                # The usual seal: the first end after the sibling's latest
+                # start, and (being the run's latest event) its latest seal.
+                e_seq[row] = z_seq[row] = seq
+                e_att[row] = z_att[row] = ev.attempt
+                z_time[row] = ev.time
+            else:
                 run.attempt(kind, ev)
         if run is not None:
             _store(run, nxt, last)
