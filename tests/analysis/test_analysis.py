@@ -5,6 +5,7 @@ The rules are the README's, section Reference > Restore-cost figures.
 
 from __future__ import annotations
 
+import random
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -425,10 +426,16 @@ def test_property_layouts_agree_with_the_spec(runs: list[list[rt.Event]], seed: 
         one = write(folder / "one.jsonl", [e for r in runs for e in r])
         per_run = [write(folder / f"run-{i}.jsonl.gz", r, gz=True) for i, r in enumerate(runs)]
         mixed = write(folder / "mixed.jsonl", interleave(runs, seed))
+        every = [e for r in runs for e in r]
+        shuffled = random.Random(seed).sample(every, len(every))
+        parts = [write(folder / f"part-{i}.jsonl", shuffled[i::3]) for i in range(3)]
         layouts = {
             "one file": [str(one)],
             "file per run": [str(p) for p in reversed(per_run)],
             "interleaved": [str(mixed)],
+            # Every line shuffled over three files, and the set read twice.
+            "shuffled": [str(p) for p in parts],
+            "read twice": [str(mixed), str(one)],
         }
         for name, paths in [*layouts.items(), ("lean decoding", [str(mixed)])]:
             if name == "lean decoding":
