@@ -167,8 +167,7 @@ def stop_cost(a: RunFold, b: RunFold, restore: RestoreStarted | LeanRestoreStart
     siblings = a.siblings()
     in_flight = siblings.open
     resumed = sum(1 for key in in_flight if key in b.resumed)
-    # Summed from 0.0 so that no restart is 0.0 seconds, not the integer 0.
-    thrown_away_s = math.fsum(
+    thrown_away_s = _exact_sum(
         [stop_time - start for key, start in in_flight.items() if key not in b.resumed]
     )
 
@@ -228,6 +227,18 @@ def stop_cost(a: RunFold, b: RunFold, restore: RestoreStarted | LeanRestoreStart
     )
 
 
+def _exact_sum(values: list[float]) -> float:
+    """The correctly rounded sum, so that no order of the terms changes its last digit.
+
+    A float, 0.0 for no terms. Where the sum overflows, fsum raises; the
+    plain sum is then infinite or NaN, which ``_finite`` turns into None.
+    """
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return sum(values, 0.0)
+
+
 def _finite(cost: StopCost) -> StopCost:
     """Make a time that overflowed (times at the edge of the float range) None, with why."""
     for name in FIGURES:
@@ -259,7 +270,7 @@ def _redone(
             unstarted += 1
         else:
             spans.append(span)
-    return count, math.fsum(spans), unstarted
+    return count, _exact_sum(spans), unstarted
 
 
 def stop_notes(a: RunFold, b: RunFold, cost: StopCost) -> Iterator[Note]:

@@ -1,8 +1,15 @@
-"""Per-run bookkeeping shared by ``summary`` and ``validate``: seqs, times, counts."""
+"""Per-run bookkeeping shared by ``summary`` and ``validate``: seqs, times, counts.
+
+A run may be read from several files: a run spread over them (each holds a
+part), or a run read twice (two file sinks of one tracer, a copied file: the
+README's own two-sink setup). An event whose ``(run_id, seq)`` was already
+seen in another file is the same event read again: it is counted once. The
+same seq twice in one file is a real duplicate.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+import bisect
 from typing import Any
 
 import msgspec
@@ -10,54 +17,115 @@ import msgspec
 from .._schema.decoding import UnknownEvent
 from .._schema.events import Event, TraceClosed, TraceOpened
 
-__all__ = ["SeqSet", "RunStats", "RunSummary"]
+__all__ = ["SeqSet", "RunStats", "RunSummary", "NEW", "COPY", "DUPLICATE", "TABLE_COLUMNS"]
 
-# Seqs below this are kept in a bitmap of one byte each; a larger one is
-# implausible for a real run (corrupt data) and goes to a set instead, so a
-# single bad number cannot make the bitmap huge.
-_BITMAP_LIMIT = 1 << 27
+# What ``RunStats.add`` made of an event.
+NEW = 0  # first seen: counted
+COPY = 1  # seen before in another file: the same event read again, not counted
+DUPLICATE = 2  # its seq seen before in the same file: a real duplicate
+
+# Seqs that arrive out of order wait in a set at least this large before they
+# are merged into the ranges (see ``SeqSet``).
+_LOOSE_MIN = 1024
 
 
 class SeqSet:
-    """The seqs seen in one run: duplicates on arrival, gaps at the end."""
+    """A set of seqs kept as sorted, disjoint ``[start, end)`` ranges.
 
-    __slots__ = ("_big", "_bits", "count", "max")
+    Memory grows with the gaps between the seqs, never with their size: a
+    corrupt seq of 2**62 costs one range. Seqs that arrive in order extend the
+    last range in O(1). One that arrives below the last range waits in a
+    loose set, merged into the ranges once it is as large as they are, so
+    that even a shuffled run costs O(log n) per seq and at most twice the
+    memory of its ranges.
+    """
+
+    __slots__ = ("_ends", "_loose", "_starts")
 
     def __init__(self) -> None:
-        self._bits = bytearray(1024)
-        self._big: set[int] = set()
-        self.count = 0
-        self.max = -1
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        # Below the last range's end, in no range: so never next to its end.
+        self._loose: set[int] = set()
 
     def add(self, seq: int) -> bool:
         """Record ``seq``; False when it was seen before."""
-        if 0 <= seq < _BITMAP_LIMIT:
-            bits = self._bits
-            if seq >= len(bits):
-                bits.extend(bytes(max(seq + 1 - len(bits), len(bits))))
-            if bits[seq]:
-                return False
-            bits[seq] = 1
+        ends = self._ends
+        if ends and seq == ends[-1]:
+            ends[-1] = seq + 1
+        elif not ends or seq > ends[-1]:
+            self._starts.append(seq)
+            ends.append(seq + 1)
         else:
-            if seq in self._big:
+            loose = self._loose
+            if seq in loose:
                 return False
-            self._big.add(seq)
-        self.count += 1
-        if seq > self.max:
-            self.max = seq
+            i = bisect.bisect_right(self._starts, seq) - 1
+            if i >= 0 and seq < ends[i]:
+                return False
+            loose.add(seq)
+            if len(loose) > max(_LOOSE_MIN, len(ends)):
+                self._merge()
         return True
+
+    @property
+    def count(self) -> int:
+        """How many seqs were seen."""
+        return len(self._loose) + sum(e - s for s, e in zip(self._starts, self._ends, strict=True))
+
+    @property
+    def max(self) -> int:
+        """The largest seq seen, -1 when none was (the loose ones lie below the last range)."""
+        return self._ends[-1] - 1 if self._ends else -1
+
+    def copy(self) -> SeqSet:
+        out = SeqSet()
+        out._starts, out._ends, out._loose = list(self._starts), list(self._ends), set(self._loose)
+        return out
+
+    def __contains__(self, seq: int) -> bool:
+        if seq in self._loose:
+            return True
+        i = bisect.bisect_right(self._starts, seq) - 1
+        return i >= 0 and seq < self._ends[i]
+
+    def _merge(self) -> None:
+        loose = sorted(self._loose)
+        self._loose = set()
+        starts, ends = self._starts, self._ends
+        out_s: list[int] = []
+        out_e: list[int] = []
+        i = j = 0
+        while i < len(starts) or j < len(loose):
+            if j == len(loose) or (i < len(starts) and starts[i] < loose[j]):
+                s, e = starts[i], ends[i]
+                i += 1
+            else:
+                s = loose[j]
+                e = s + 1
+                j += 1
+            # Disjoint by construction: a start at most the last end only touches it.
+            if out_e and s <= out_e[-1]:
+                out_e[-1] = max(out_e[-1], e)
+            else:
+                out_s.append(s)
+                out_e.append(e)
+        self._starts, self._ends = out_s, out_e
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The seqs as inclusive ``(first, last)`` ranges, in order."""
+        self._merge()
+        return [(s, e - 1) for s, e in zip(self._starts, self._ends, strict=True)]
 
     def gaps(self) -> list[tuple[int, int]]:
         """Missing seqs between 0 and the largest seen, as inclusive ranges."""
+        self._merge()
         out: list[tuple[int, int]] = []
-        top = min(self.max, _BITMAP_LIMIT - 1)
-        bits = bytes(self._bits[: top + 1])
-        pos = bits.find(0)
-        while 0 <= pos <= top:
-            end = bits.find(1, pos)
-            end = top + 1 if end < 0 else end
-            out.append((pos, end - 1))
-            pos = bits.find(0, end)
+        cursor = 0
+        for s, e in zip(self._starts, self._ends, strict=True):
+            if s > cursor:
+                out.append((cursor, s - 1))
+            cursor = max(cursor, e)
         return out
 
 
@@ -66,8 +134,32 @@ def _class_tag(cls: type[Event]) -> str:
     return tag if isinstance(tag, str) else cls.__name__
 
 
+# The columns of ``rollout-trace summary``'s table, each a key of a run's
+# ``--json`` object with the same meaning (the table formats the value).
+TABLE_COLUMNS = (
+    "run_id",
+    "host",
+    "pid",
+    "first_time",
+    "last_time",
+    "span_s",
+    "events",
+    "missing_seqs",
+    "duplicate_seqs",
+    "torn_lines",
+    "invalid_lines",
+    "closed",
+)
+
+
 class RunSummary(msgspec.Struct, kw_only=True):
-    """What ``rollout-trace summary`` reports for one run."""
+    """What ``rollout-trace summary`` reports for one run.
+
+    ``events`` counts the run's events, each ``(run_id, seq)`` once;
+    ``read_twice`` the lines that were the same event read again from another
+    file (not in ``events``); ``duplicate_seqs`` the lines that repeat a seq
+    of their own file (not in ``events`` either).
+    """
 
     run_id: str
     files: list[str]
@@ -75,10 +167,13 @@ class RunSummary(msgspec.Struct, kw_only=True):
     pid: int | None
     first_time: float
     last_time: float
-    events: dict[str, int]
+    span_s: float
+    events: int
+    events_by_name: dict[str, int]
     seq_gaps: list[tuple[int, int]]
-    missing: int
-    duplicates: int
+    missing_seqs: int
+    duplicate_seqs: int
+    read_twice: int
     torn_lines: int
     invalid_lines: int
     closed: bool
@@ -88,7 +183,7 @@ class RunSummary(msgspec.Struct, kw_only=True):
 
 
 class RunStats:
-    """Folds one run's events; events may come in any order."""
+    """Folds one run's events; events and files may come in any order."""
 
     __slots__ = (
         "closed",
@@ -99,6 +194,7 @@ class RunStats:
         "invalid_lines",
         "last_time",
         "opened",
+        "read_twice",
         "run_id",
         "seqs",
         "torn_lines",
@@ -106,36 +202,55 @@ class RunStats:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.files: dict[str, None] = {}
+        # The seqs each file holds: a seq twice in one file is a duplicate, a
+        # seq in two files the same event read twice.
+        self.files: dict[str, SeqSet] = {}
         self.seqs = SeqSet()
-        self.counts: Counter[type[Event] | str] = Counter()
+        self.counts: dict[type[Event] | str, int] = {}
         self.first_time = float("inf")
         self.last_time = float("-inf")
         self.opened: TraceOpened | None = None
         self.closed: TraceClosed | None = None
         self.duplicates = 0
+        self.read_twice = 0
         self.torn_lines = 0
         self.invalid_lines = 0
 
-    def add(self, ev: Event | UnknownEvent) -> bool:
-        """Fold one event; False when its seq is a duplicate."""
+    def add(self, ev: Event | UnknownEvent, path: str) -> int:
+        """Fold one event read from ``path``: ``NEW``, ``COPY`` or ``DUPLICATE``."""
+        seqs = self.seqs
+        in_file = self.files.get(path)
+        if in_file is None:
+            if not self.files:
+                # A run read from one file (the usual case) keeps one set of seqs.
+                in_file = seqs
+            else:
+                if len(self.files) == 1:
+                    seqs = self.seqs = seqs.copy()
+                in_file = SeqSet()
+            self.files[path] = in_file
+        seq = ev.seq
+        if not in_file.add(seq):
+            self.duplicates += 1
+            return DUPLICATE
+        if in_file is not seqs and not seqs.add(seq):
+            self.read_twice += 1
+            return COPY
         t = ev.time
         if t < self.first_time:
             self.first_time = t
         if t > self.last_time:
             self.last_time = t
-        self.counts[ev.event if isinstance(ev, UnknownEvent) else type(ev)] += 1
-        match ev:
-            case TraceOpened():
-                self.opened = ev
-            case TraceClosed():
-                self.closed = ev
-            case _:
-                pass
-        if self.seqs.add(ev.seq):
-            return True
-        self.duplicates += 1
-        return False
+        kind: Any = type(ev)
+        if kind is UnknownEvent:
+            kind = ev.event  # type: ignore[union-attr]
+        elif kind is TraceOpened:
+            self.opened = ev  # type: ignore[assignment]
+        elif kind is TraceClosed:
+            self.closed = ev  # type: ignore[assignment]
+        counts = self.counts
+        counts[kind] = counts.get(kind, 0) + 1
+        return NEW
 
     def events_by_name(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -153,10 +268,13 @@ class RunStats:
             pid=self.opened.pid if self.opened else None,
             first_time=self.first_time,
             last_time=self.last_time,
-            events=self.events_by_name(),
+            span_s=self.last_time - self.first_time,
+            events=sum(self.counts.values()),
+            events_by_name=self.events_by_name(),
             seq_gaps=gaps,
-            missing=sum(hi - lo + 1 for lo, hi in gaps),
-            duplicates=self.duplicates,
+            missing_seqs=sum(hi - lo + 1 for lo, hi in gaps),
+            duplicate_seqs=self.duplicates,
+            read_twice=self.read_twice,
             torn_lines=self.torn_lines,
             invalid_lines=self.invalid_lines,
             closed=self.closed is not None,

@@ -1,4 +1,4 @@
-"""What the subcommands share: trace-set arguments, progress, and table layout."""
+"""What the subcommands share: trace-set arguments, progress, bad lines, and table layout."""
 
 from __future__ import annotations
 
@@ -7,19 +7,32 @@ import datetime as dt
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
 from .._reading.paths import expand_paths
-from .._reading.reader import Problems, iter_blocks
+from .._reading.reader import Problems, ReadProblem, iter_blocks
 from .._schema.decoding import UnknownEvent
 from .._schema.events import Event
 
-__all__ = ["add_paths", "blocks", "fmt_time", "fmt_num", "table"]
+__all__ = [
+    "PROBLEMS_SHOWN",
+    "BadLines",
+    "add_paths",
+    "blocks",
+    "trace_files",
+    "report_problems",
+    "fmt_time",
+    "fmt_num",
+    "table",
+]
 
 # Progress is worth showing only when reading takes more than a moment.
 _PROGRESS_BYTES = 64 << 20
 _PROGRESS_EVERY_S = 0.25
+# Bad lines shown on standard error before the rest are only counted: a
+# binary file read as a trace has one per line.
+PROBLEMS_SHOWN = 10
 
 
 def add_paths(parser: argparse.ArgumentParser) -> None:
@@ -53,12 +66,18 @@ class _Progress:
         self.out.flush()
 
 
+def trace_files(paths: Sequence[str]) -> list[str]:
+    """The files that ``paths`` (files, globs, folders) name, each once."""
+    return expand_paths(paths)
+
+
 def blocks(
     paths: Sequence[str], problems: Problems, *, lean: bool = False
 ) -> Iterator[tuple[str, list[Event | UnknownEvent], Sequence[int]]]:
     """The trace set's event blocks, with progress on stderr for large inputs.
 
-    ``lean`` is for the cost analysis only: see ``_reading.reader.iter_blocks``.
+    ``paths`` may be what the user gave or ``trace_files`` of it. ``lean`` is
+    for the cost analysis only: see ``_reading.reader.iter_blocks``.
     """
     files = expand_paths(paths)
     total = sum(os.path.getsize(f) for f in files)
@@ -70,6 +89,46 @@ def blocks(
     finally:
         if progress is not None:
             progress.clear()
+
+
+class BadLines:
+    """The reader's bad lines, counted, with the first ``PROBLEMS_SHOWN`` kept to show.
+
+    Pass it as the reader's ``problems``; ``then`` is called with every one too.
+    """
+
+    def __init__(self, then: Callable[[ReadProblem], None] | None = None) -> None:
+        self.count = 0
+        self.torn = 0
+        self.first: list[ReadProblem] = []
+        self._then = then
+
+    def __call__(self, p: ReadProblem) -> None:
+        self.count += 1
+        self.torn += p.torn
+        if len(self.first) < PROBLEMS_SHOWN:
+            self.first.append(p)
+        if self._then is not None:
+            self._then(p)
+
+
+def report_problems(problems: Sequence[ReadProblem], total: int | None = None) -> None:
+    """The first bad lines on standard error, one a line, then how many more there were.
+
+    ``total`` is how many there were in all, when ``problems`` holds only the
+    first of them (``BadLines``); ``validate`` is the command that lists every one.
+    """
+    stream = sys.stderr
+    count = len(problems) if total is None else total
+    for p in problems[:PROBLEMS_SHOWN]:
+        print(f"rollout-trace: {p}", file=stream)
+    more = count - min(len(problems), PROBLEMS_SHOWN)
+    if more > 0:
+        print(
+            f"rollout-trace: ... and {more:,} more bad line(s) "
+            "(rollout-trace validate lists every one)",
+            file=stream,
+        )
 
 
 def fmt_time(t: float | None) -> str:

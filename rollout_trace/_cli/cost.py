@@ -12,7 +12,7 @@ from .._analysis.cost import CostAnalysis, gc_paused
 from .._analysis.figures import FIGURE_ROWS, FIGURES, StopCost
 from .._reading.reader import ReadProblem
 from .command import Command
-from .common import add_paths, blocks, fmt_num, fmt_time, table
+from .common import add_paths, blocks, fmt_num, fmt_time, report_problems, table
 
 __all__ = ["COMMAND", "render"]
 
@@ -46,8 +46,7 @@ def _run(args: argparse.Namespace) -> int:
         for _, events, _ in blocks(args.paths, problems, lean=True):
             analysis.add(events)
         stops = analysis.stops()
-    for p in problems:
-        print(f"rollout-trace: {p}", file=sys.stderr)
+    report_problems(problems)
     for note in analysis.notes:
         print(f"rollout-trace: note: {note}", file=sys.stderr)
     if args.json:

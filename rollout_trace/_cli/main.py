@@ -51,26 +51,39 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse ``argv``; a wrong flag is reported with the usage of the parser it was given to.
+    """Parse ``argv``; a wrong word is reported with the usage of the parser it was given to.
 
-    argparse hands a subcommand's unknown flags up to the top-level parser,
-    which would print its own usage; here the subcommand's usage is printed.
+    The top-level parser takes only options, none with a value, so the first
+    word that is not an option names the subcommand and every word after it
+    is the subcommand's. Each part goes to its own parser: argparse would hand
+    a subcommand's unknown flags up to the top-level parser, where a flag seen
+    on both sides or an option's missing value is easily charged to the wrong
+    one. The subcommand's words may mix options and paths in any order
+    (``cost a.jsonl --json b.jsonl``).
     """
     parser, parsers = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
-    args, extra = parser.parse_known_args(words)
-    if extra:
-        owner = parser
-        if args.command is not None:
-            # The top-level parser takes no value-taking option, so the first
-            # word equal to the command's name is where the subcommand begins.
-            before = words[: words.index(args.command)]
-            if not any(word in before for word in extra):
-                owner = parsers[args.command]
-        owner.error(f"unrecognized arguments: {' '.join(extra)}")
-    if args.command is None:
+    at = next((i for i, w in enumerate(words) if not w.startswith("-") or w == "--"), len(words))
+    head, rest = words[:at], words[at:]
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if head:
+        _, extra = parser.parse_known_args(head)  # --help and --version exit here
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if not rest:
         parser.print_help(sys.stderr)
         raise SystemExit(2)
+    name = rest[0]
+    sub = parsers.get(name)
+    if sub is None:
+        choices = ", ".join(repr(c) for c in parsers)
+        parser.error(f"argument COMMAND: invalid choice: {name!r} (choose from {choices})")
+    # argparse's intermixed mode loses the paths after a `--` (a file named
+    # like an option); with one, options come first, as argparse always wants.
+    words = rest[1:]
+    args = sub.parse_args(words) if "--" in words else sub.parse_intermixed_args(words)
+    args.command = name
     return args
 
 

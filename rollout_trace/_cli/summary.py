@@ -4,94 +4,165 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
 
-from .._analysis.runstats import RunStats, RunSummary
+from .._analysis.runstats import TABLE_COLUMNS, RunStats, RunSummary
 from .._reading.reader import ReadProblem
 from .command import Command
-from .common import add_paths, blocks, fmt_num, fmt_time, table
+from .common import (
+    PROBLEMS_SHOWN,
+    BadLines,
+    add_paths,
+    blocks,
+    fmt_num,
+    fmt_time,
+    report_problems,
+    table,
+    trace_files,
+)
 
-__all__ = ["COMMAND", "collect", "render"]
+__all__ = ["COMMAND", "SetSummary", "collect", "render"]
 
 _EPILOG = """\
 examples:
   rollout-trace summary runs/*.jsonl
   rollout-trace summary trace.jsonl.gz --json
+
+A run read from several files is one run: an event found again in another
+file (two file sinks of one tracer, a copied file) counts once, in read_twice.
+Bad lines go to standard error, the first few of them; rollout-trace validate
+lists every one.
 """
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_paths(p)
-    p.add_argument("--json", action="store_true", help='print {"runs": [...]} as JSON')
+    p.add_argument("--json", action="store_true", help='print {"runs": [...], ...} as JSON')
 
 
-def collect(paths: list[str]) -> tuple[list[RunSummary], list[ReadProblem]]:
-    """Run summaries in order of first time, and the bad lines no run could claim."""
-    problems: list[ReadProblem] = []
+@dataclass
+class SetSummary:
+    """What ``summary`` found in a trace set: its runs, and the lines it read."""
+
+    files: list[str]
+    runs: list[RunSummary]
+    lines: int = 0
+    bad: BadLines = field(default_factory=BadLines)
+    # Bad lines that name no run of the set: how many, and the first of them.
+    unattributed: int = 0
+    unattributed_first: list[ReadProblem] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "lines": self.lines,
+            "bad_lines": self.bad.count,
+            "runs": [s.to_dict() for s in self.runs],
+            "unattributed_lines": self.unattributed,
+            "unattributed_problems": [
+                {"file": p.file, "line": p.line, "reason": p.reason, "torn": p.torn}
+                for p in self.unattributed_first
+            ],
+        }
+
+
+def collect(paths: list[str]) -> SetSummary:
+    """Run summaries in order of first time, and what was read."""
+    files = trace_files(paths)
+    # Bad lines are charged to their runs once every run is known: one per
+    # run and kind is kept, not one per line.
+    charges: Counter[tuple[str | None, bool]] = Counter()
+    unattributed: list[ReadProblem] = []
+
+    def charge(p: ReadProblem) -> None:
+        charges[p.run_id, p.torn] += 1
+        # A line of a run not seen yet may belong to a run seen later.
+        if len(unattributed) < 2 * PROBLEMS_SHOWN and p.run_id not in runs:
+            unattributed.append(p)
+
     runs: dict[str, RunStats] = {}
-    for path, events, _ in blocks(paths, problems):
+    bad = BadLines(then=charge)
+    lines = 0
+    for path, events, _ in blocks(files, bad):
+        lines += len(events)
         for ev in events:
             stats = runs.get(ev.run_id)
             if stats is None:
                 stats = runs[ev.run_id] = RunStats(ev.run_id)
-            stats.files[path] = None
-            stats.add(ev)
-    unclaimed = []
-    for p in problems:
-        stats = runs.get(p.run_id) if p.run_id is not None else None
+            stats.add(ev, path)
+    out = SetSummary(files=files, runs=[], lines=lines + bad.count, bad=bad)
+    for (run_id, torn), n in charges.items():
+        stats = runs.get(run_id) if run_id is not None else None
         if stats is None:
-            unclaimed.append(p)
-        elif p.torn:
-            stats.torn_lines += 1
+            out.unattributed += n
+        elif torn:
+            stats.torn_lines += n
         else:
-            stats.invalid_lines += 1
-    summaries = sorted((s.summary() for s in runs.values()), key=lambda s: s.first_time)
-    return summaries, unclaimed
+            stats.invalid_lines += n
+    out.unattributed_first = [p for p in unattributed if p.run_id not in runs][:PROBLEMS_SHOWN]
+    out.runs = sorted((s.summary() for s in runs.values()), key=lambda s: s.first_time)
+    return out
 
 
 def _run(args: argparse.Namespace) -> int:
-    summaries, unclaimed = collect(args.paths)
+    found = collect(args.paths)
+    report_problems(found.bad.first, found.bad.count)
     if args.json:
-        doc = {
-            "runs": [s.to_dict() for s in summaries],
-            "unattributed_problems": [
-                {"file": p.file, "line": p.line, "reason": p.reason, "torn": p.torn}
-                for p in unclaimed
-            ],
-        }
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(render(summaries, unclaimed))
+        print(json.dumps(found.to_dict(), indent=2))
+    else:
+        print(render(found))
     return 0
 
 
-def render(summaries: list[RunSummary], unclaimed: list[ReadProblem]) -> str:
-    if not summaries:
-        return "no runs"
-    rows = []
-    for s in summaries:
-        rows.append(
-            [
-                s.run_id,
-                s.host or "?",
-                "?" if s.pid is None else str(s.pid),
-                fmt_time(s.first_time),
-                fmt_time(s.last_time),
-                fmt_num(s.last_time - s.first_time, 1),
-                fmt_num(sum(s.events.values())),
-                fmt_num(s.missing),
-                fmt_num(s.duplicates),
-                fmt_num(s.torn_lines),
-                fmt_num(s.invalid_lines),
-                "yes" if s.closed else "no",
-            ]
-        )
-    headers = ["run_id", "host", "pid", "first", "last", "span_s", "events", "missing_seqs"]
-    headers += ["dup_seqs", "torn", "invalid", "closed"]
-    out = [table(headers, rows, right=[2, 5, 6, 7, 8, 9, 10])]
+def _cell(s: RunSummary, column: str) -> str:
+    value = getattr(s, column)
+    if column in ("first_time", "last_time"):
+        return fmt_time(value)
+    if column == "span_s":
+        return fmt_num(value, 1)
+    if column == "closed":
+        return "yes" if value else "no"
+    if value is None:
+        return "?"
+    # A pid is a name, not a quantity: no thousands separator.
+    return str(value) if column == "pid" or isinstance(value, str) else fmt_num(value)
 
-    names = sorted({name for s in summaries for name in s.events})
+
+def _read(found: SetSummary) -> str:
+    """What was read: lines, files, bad lines."""
+    files = f"{len(found.files)} file(s)"
+    if not found.lines:
+        return f"the {files} given hold no line"
+    bad = found.bad.count
+    kinds = f" ({found.bad.torn:,} torn)" if found.bad.torn else ""
+    return f"{found.lines:,} lines read from {files}, {bad:,} of them bad{kinds}"
+
+
+def render(found: SetSummary) -> str:
+    summaries = found.runs
+    if not summaries:
+        if not found.lines:
+            return f"no runs: {_read(found)}"
+        return (
+            f"no runs: {_read(found)}; not one line is a trace event\n"
+            "the bad lines are on standard error (the first few); "
+            "rollout-trace validate lists each"
+        )
+    rows = [[_cell(s, column) for column in TABLE_COLUMNS] for s in summaries]
+    right = [
+        i
+        for i, c in enumerate(TABLE_COLUMNS)
+        if c not in ("run_id", "host", "first_time", "last_time", "closed")
+    ]
+    out = [table(list(TABLE_COLUMNS), rows, right=right)]
+
+    names = sorted({name for s in summaries for name in s.events_by_name})
     cols = [f"run {i}" for i in range(1, len(summaries) + 1)]
-    by_name = [[name, *(fmt_num(s.events.get(name, 0)) for s in summaries)] for name in names]
+    by_name = [
+        [name, *(fmt_num(s.events_by_name.get(name, 0)) for s in summaries)] for name in names
+    ]
     out += ["", "events by name (runs in the order above)"]
     out.append(table(["event", *cols], by_name, right=range(1, len(cols) + 1), indent="  "))
     gappy = [s for s in summaries if s.seq_gaps]
@@ -101,9 +172,19 @@ def render(summaries: list[RunSummary], unclaimed: list[ReadProblem]) -> str:
             ranges = ", ".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in s.seq_gaps[:10])
             more = " ..." if len(s.seq_gaps) > 10 else ""
             out.append(f"  {s.run_id}: {ranges}{more}")
-    if unclaimed:
-        out += ["", "bad lines that name no known run"]
-        out += [f"  {p}" for p in unclaimed]
+    twice = [s for s in summaries if s.read_twice]
+    if twice:
+        out += ["", "runs read from more than one file (each event counted once)"]
+        for s in twice:
+            out.append(
+                f"  {s.run_id}: in {len(s.files)} files; {s.read_twice:,} line(s) "
+                "repeat events of another file"
+            )
+    if found.bad.count:
+        out += ["", f"bad lines: {_read(found)}"]
+        if found.unattributed:
+            out.append(f"  {found.unattributed:,} of them name no run of the set")
+        out.append("  listed on standard error (the first few); rollout-trace validate lists each")
     return "\n".join(out)
 
 

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-import orjson
-
+from .._analysis.cost import gc_paused
 from .._reading.reader import ReadProblem
-from .._schema.decoding import AnyEvent
-from .._timeline.document import document_of
-from .._timeline.model import build_timeline
+from .._timeline.document import write_document
+from .._timeline.fold import TimelineFold
+from .._timeline.model import Timeline
 from .._timeline.page import html_of
 from .command import Command
-from .common import add_paths, blocks
+from .common import add_paths, blocks, report_problems
 
 __all__ = ["COMMAND", "SUFFIXES"]
 
@@ -65,24 +63,21 @@ def _run(args: argparse.Namespace) -> int:
         print(f"rollout-trace timeline: error: {wrong}", file=sys.stderr)
         return 2
     problems: list[ReadProblem] = []
-    events: list[AnyEvent] = []
-    for _, block, _ in blocks(args.paths, problems):
-        events.extend(block)
-    for p in problems:
-        print(f"rollout-trace: {p}", file=sys.stderr)
-    tl = build_timeline(events)
-    del events
-    if args.output.lower().endswith(".json"):
-        doc = document_of(tl)
-        try:
-            data = orjson.dumps(doc)
-        except TypeError:  # an integer wider than 64 bits, which orjson refuses
-            data = json.dumps(doc).encode()
-    else:
-        data = html_of(tl).encode("utf-8")
+    # Each block is folded as it is read and then let go: what the timeline
+    # keeps is what it draws, never the events.
+    fold = TimelineFold()
+    # Millions of small acyclic records: the cyclic collector would walk them
+    # all, again and again, for nothing.
+    with gc_paused():
+        for _, block, _ in blocks(args.paths, problems):
+            fold.add(block)
+        tl = fold.timeline()
+    report_problems(problems)
+    for note in tl.notes:
+        print(f"rollout-trace: note: {note}", file=sys.stderr)
     try:
-        with open(args.output, "wb") as f:
-            f.write(data)
+        with gc_paused():
+            size = _write(tl, args.output)
     except OSError as exc:
         print(
             f"rollout-trace timeline: error: cannot write {args.output!r}: {exc}", file=sys.stderr
@@ -90,10 +85,23 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     print(
         f"rollout-trace: wrote {args.output} ({len(tl.runs)} run(s), "
-        f"{tl.attempt_count:,} attempts, {len(tl.stops)} stop(s), {len(data):,} bytes)",
+        f"{tl.attempt_count:,} attempts, {len(tl.stops)} stop(s), {size:,} bytes)",
         file=sys.stderr,
     )
     return 0
+
+
+def _write(tl: Timeline, out: str) -> int:
+    """Write the output that ``out``'s suffix names; the bytes written."""
+    if out.lower().endswith(".json"):
+        # Written as it is encoded: every attempt is in it, and a document
+        # of millions of attempts is not held whole.
+        with open(out, "wb") as f:
+            return write_document(tl, f)
+    data = html_of(tl).encode("utf-8")
+    with open(out, "wb") as f:
+        f.write(data)
+    return len(data)
 
 
 COMMAND = Command(

@@ -1,14 +1,14 @@
-"""``rollout-trace validate``: check every line and every run against the schema."""
+"""``rollout-trace validate``: check every line, run and file against the schema."""
 
 from __future__ import annotations
 
 import argparse
 
-from .._analysis.validate import Validator
+from .._analysis.validate import Finding, Validator
 from .command import Command
-from .common import add_paths, blocks
+from .common import add_paths, blocks, trace_files
 
-__all__ = ["COMMAND"]
+__all__ = ["COMMAND", "verdict"]
 
 _EPILOG = """\
 examples:
@@ -16,38 +16,56 @@ examples:
   rollout-trace validate trace.jsonl.gz && echo valid
 
 Errors: lines that are not JSON, miss an envelope field or have a field of the
-wrong type; a bad run_id; duplicate seqs; seq gaps; trace_closed counts that do
-not add up. Warnings: a run without trace_closed (killed), a torn last line,
-seq gaps that trace_closed accounts for as dropped or invalid. The rules: the
-README, section Reference > Wire format, Lifecycle events and Rollout events.
-Exit status: 0 no errors (warnings allowed), 1 errors, 2 wrong usage or a
-missing file.
+wrong type; a bad run_id; a seq twice in one file; seq gaps; trace_closed
+counts that do not add up; a negative time, seq, attempt, generation_index,
+size or count; a captured_at on another clock than the event times; an
+attempt dispatched again while open, after it was resumed, or after a higher
+attempt of the same sibling started; a file none of whose lines is an event.
+Warnings: a run without trace_closed (killed), a torn last line, seq gaps that
+trace_closed accounts for as dropped or invalid, an unknown schema version,
+times that are not Unix seconds, an empty file. Notes: a run read from two
+files (two sinks, a copy), counted once. Lines and files may come in any
+order. The rules: the README, section Reference > Wire format, Lifecycle
+events and Rollout events, and section Instrumenting a controller.
+Exit status: 0 no errors (warnings allowed), 1 errors or not a trace at all,
+2 wrong usage or a missing file.
 """
 
 
+def verdict(v: Validator, files: int) -> str:
+    """The last line: valid or not, and the counts it rests on."""
+    counts = f"{v.errors} error(s), {v.warnings} warning(s)"
+    if v.notes:
+        counts += f", {v.notes} note(s)"
+    if not v.events:
+        if not v.lines:
+            return f"not valid: not a trace: the {files} file(s) hold no line: {counts}"
+        return (
+            f"not valid: not a trace: not one of the {v.lines:,} lines in {files} file(s) "
+            f"is an event: {counts}"
+        )
+    ok = "valid" if not v.errors else "not valid"
+    return f"{ok}: {v.lines:,} lines, {len(v.runs)} runs: {counts}"
+
+
 def _run(args: argparse.Namespace) -> int:
-    validator = Validator()
-    files: set[str] = set()
-    for path, events, lines in blocks(args.paths, validator.problem):
-        files.add(path)
-        validator.add(path, events, lines)
-    findings = validator.finish()
-    for f in sorted(findings, key=lambda f: (f.file, f.line or 0)):
+    files = trace_files(args.paths)
+
+    def out(f: Finding) -> None:
         print(f)
-    errors = sum(f.severity == "error" for f in findings)
-    warnings = len(findings) - errors
-    verdict = "valid" if not errors else "not valid"
-    print(
-        f"{verdict}: {validator.lines:,} lines, {len(validator.runs)} runs: "
-        f"{errors} error(s), {warnings} warning(s)"
-    )
-    return 1 if errors else 0
+
+    validator = Validator(files, out=out)
+    for path, events, lines in blocks(files, validator.problem):
+        validator.add(path, events, lines)
+    validator.finish()
+    print(verdict(validator, len(files)))
+    return 1 if validator.errors or not validator.events else 0
 
 
 COMMAND = Command(
     name="validate",
     help="check every line against the schema; exit 1 on bad data",
-    description="Check every line and every run of a trace set against the schema.",
+    description="Check every line, run and file of a trace set against the schema.",
     epilog=_EPILOG,
     add_arguments=add_paths,
     run=_run,

@@ -355,8 +355,16 @@ def _oracle(events: list[rt.Event]) -> list[dict[str, Any]]:
     prev = None
     for run in group_runs(events):
         rollout = [e for e in run.events if not isinstance(e, (rt.TraceOpened, rt.TraceClosed))]
-        if rollout and isinstance(rollout[0], rt.RestoreStarted) and prev is not None:
-            out.append(_oracle_stop(prev, run, rollout[0]))
+        if rollout and isinstance(rollout[0], rt.RestoreStarted):
+            if prev is None:
+                # A stop of an unknown run: only what B says can be known.
+                stop = _oracle_stop(run, run, rollout[0])
+                stop = dict.fromkeys(stop) | {
+                    k: stop[k] for k in ("restored_run", "restore_s", "restored_step")
+                }
+                out.append(stop)
+            else:
+                out.append(_oracle_stop(prev, run, rollout[0]))
         if rollout:
             prev = run
     return out
@@ -451,6 +459,10 @@ def test_property_layouts_agree_with_the_spec(runs: list[list[rt.Event]], seed: 
             for g, e in zip(got, expected, strict=True):
                 assert g == pytest.approx(e), name
             for s in stops:
+                if s.stopped_run is None:
+                    continue
+                assert s.resumed is not None and s.restarted is not None
+                assert s.in_flight is not None
                 # Each sibling counts at most once: in flight (resumed or
                 # restarted) or redone, never both.
                 assert s.resumed + s.restarted == s.in_flight

@@ -293,13 +293,20 @@ def test_times_at_the_edge_of_the_float_range_give_null_figures_not_infinity(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     big = 1.7e308
-    a = make_run(1, -big, [(-big, snapshot(2, "/s/1", -big)), (-big, disp(1, 0)), (big, step(3))])
+    # Two tries open from the first seconds of the epoch to a stop near the
+    # largest float: each is finite, their sum is not.
+    a = make_run(
+        1,
+        1.0,
+        [(2.0, snapshot(2, "/s/1", 2.0)), (3.0, disp(1, 0)), (4.0, disp(2, 0)), (big, step(3))],
+    )
     b = make_run(2, big, [(big, restore("/s/1", 2)), (big, restored(2))])
     paths = [write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b)]
-    status, doc, _ = _cost_json(paths, capsys)  # json.loads rejects nothing, so check the text
+    status, doc, _ = _cost_json(paths, capsys)
     assert status == 1
     [stop] = doc["stops"]
-    assert stop["thrown_away_s"] is None and stop["lost_steps_s"] is None
+    assert stop["thrown_away_s"] is None and stop["lost_s"] is None
+    assert stop["in_flight"] == 2 and stop["downtime_s"] == 0.0
     reasons = {r["figure"]: r["reason"] for r in doc["reasons"]}
     assert "not a finite number" in reasons["thrown_away_s"]
     main(["cost", *map(str, paths), "--json"])

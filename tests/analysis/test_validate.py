@@ -1,25 +1,32 @@
 """``rollout-trace validate``: every rule of the README's Reference, one bad trace each.
 
-The rules live in ``rollout_trace._analysis.validate``; these run them as a user
-does, through the command line, and read its findings and verdict.
+The rules live in ``rollout_trace._analysis.validate`` and ``.protocol``; these
+run them as a user does, through the command line, and read its findings and
+verdict.
 """
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import msgspec
 import pytest
-from scenario import disp, lines, make_run, run_id, seal
+from scenario import abandon, disp, lines, make_run, refuse, resume, run_id, seal, snapshot
 
+import rollout_trace as rt
 from rollout_trace._cli.main import main
 
+T0 = 1_780_000_000.0  # 2026, in Unix seconds
 RID = run_id(5)
-CLEAN = make_run(5, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))], closed=103.0)
+SIB = f"run {RID}, sibling (prompt_id 1, generation_index 0)"  # as protocol findings name it
+CLEAN = make_run(5, T0, [(T0 + 1, disp(1, 0)), (T0 + 2, seal(1, 0))], closed=T0 + 3)
 
 
 def _line(**fields: object) -> bytes:
-    return msgspec.json.encode({"event": "weights_synced", "time": 101.5, "run_id": RID} | fields)
+    return msgspec.json.encode(
+        {"event": "weights_synced", "time": T0 + 1.5, "run_id": RID} | fields
+    )
 
 
 def _with_line(extra: bytes) -> bytes:
@@ -38,10 +45,20 @@ def _replace_closed(**counts: int) -> bytes:
     return lines([*CLEAN[:-1], msgspec.structs.replace(CLEAN[-1], **counts)])
 
 
+def _run(*events: rt.Event, start: float = T0, closed: bool = True) -> bytes:
+    """A run of 5 with ``events`` one second apart after trace_opened, closed after them."""
+    timed = [(start + i, ev) for i, ev in enumerate(events, 1)]
+    end = start + len(events) + 1 if closed else None
+    return lines(make_run(5, start, timed, closed=end))
+
+
+def _replace(ev: rt.Event, **fields: object) -> rt.Event:
+    return msgspec.structs.replace(ev, **fields)
+
+
 VALIDATE = [
     # A clean run: valid, nothing reported.
     pytest.param(lines(CLEAN), 0, [], id="valid"),
-    # Not JSON.
     # Not JSON: the line cannot be charged to a run, so its seq shows as a gap
     # and trace_closed's written count as one more than the run's lines.
     pytest.param(_with_line(b"{not json"), 1, ["4: error: not JSON", *CONSEQUENCES], id="not-json"),
@@ -62,16 +79,12 @@ VALIDATE = [
     ),
     # A run_id that is not 32 lowercase hex chars.
     pytest.param(
-        lines(CLEAN)
-        + msgspec.json.encode(
-            {"event": "weights_synced", "time": 1.0, "run_id": "R1", "seq": 0, "weight_version": 1}
-        )
-        + b"\n",
+        lines(CLEAN) + _line(run_id="R1", seq=0, weight_version=1) + b"\n",
         1,
         ["5: error: run_id 'R1'", "error: run R1: no trace_opened", "warning: run R1: no trace_c"],
         id="bad-run-id",
     ),
-    # seq 2 twice.
+    # seq 2 twice in one file.
     pytest.param(
         _with_line(_line(seq=2, weight_version=1)),
         1,
@@ -114,6 +127,160 @@ VALIDATE = [
         ["error: run " + RID + ": trace_closed counts do not add up: emitted=5"],
         id="counts-do-not-add-up",
     ),
+    # --- numbers and clocks (README: Reference) ---
+    # A schema this reader does not know: checked as schema 1, with a warning.
+    pytest.param(
+        lines([_replace(CLEAN[0], schema=2), *CLEAN[1:]]),
+        0,
+        ["1: warning: trace_opened says schema 2; this reader knows schema 1"],
+        id="schema-2",
+    ),
+    # A negative time: the reader takes it for no event at all.
+    pytest.param(
+        lines([*CLEAN[:2], _replace(CLEAN[2], time=-5.0), CLEAN[3]]),
+        1,
+        ["3: error: bad envelope: time -5.0 is not a positive number"],
+        id="negative-time",
+    ),
+    # Attempts count from 0.
+    pytest.param(
+        _run(disp(1, 0, -1), seal(1, 0, -1)),
+        1,
+        ["2: error: attempt -1 is negative", "3: error: attempt -1 is negative"],
+        id="negative-attempt",
+    ),
+    # A sibling's generation_index runs from 0 to size - 1.
+    pytest.param(
+        _run(disp(1, -2)),
+        1,
+        ["2: error: generation_index -2 is negative"],
+        id="negative-generation-index",
+    ),
+    # A group's size is how many generations it has.
+    pytest.param(
+        _run(rt.GroupReserved(group_id="g", prompt_id=1, size=-3, weight_version=0)),
+        1,
+        ["2: error: size -3 is negative"],
+        id="negative-size",
+    ),
+    # trace_closed's counts count events: they add up here, yet one is negative.
+    pytest.param(
+        _replace_closed(emitted=1, written=2, dropped=-1),
+        1,
+        ["4: error: dropped -1 is negative"],
+        id="negative-count",
+    ),
+    # Times of a monotonic clock: one warning for the run, not one per line.
+    pytest.param(
+        _run(disp(1, 0), seal(1, 0), start=100.0),
+        0,
+        [f"warning: run {RID}: 4 event time(s) are not Unix seconds, e.g. 100.0 at"],
+        id="monotonic-times",
+    ),
+    # Times in milliseconds.
+    pytest.param(
+        _run(disp(1, 0), start=T0 * 1000),
+        0,
+        [f"warning: run {RID}: 3 event time(s) are not Unix seconds, e.g. 1780000000000.0"],
+        id="millisecond-times",
+    ),
+    # captured_at from a monotonic clock while the times are Unix seconds.
+    pytest.param(
+        _run(snapshot(1, "/s", 12_345.5)),
+        1,
+        ["2: error: captured_at 12345.5 looks like a monotonic clock"],
+        id="captured-at-monotonic",
+    ),
+    # captured_at in milliseconds.
+    pytest.param(
+        _run(snapshot(1, "/s", (T0 + 0.5) * 1000)),
+        1,
+        ["2: error: captured_at 1780000000500.0 looks like milliseconds"],
+        id="captured-at-milliseconds",
+    ),
+    # A negative captured_at.
+    pytest.param(
+        _run(snapshot(1, "/s", -1.0)), 1, ["2: error: captured_at -1.0 is negative"], id="neg-cap"
+    ),
+    # captured_at on the same clock as the times (a tracer's clock=): only the
+    # run's clock warning.
+    pytest.param(
+        _run(snapshot(1, "/s", 100.5), start=100.0),
+        0,
+        [f"warning: run {RID}: 3 event time(s) are not Unix seconds"],
+        id="captured-at-same-clock",
+    ),
+    # --- the attempt protocol (README: Instrumenting a controller) ---
+    # Retries with the next number after a failure, a refusal; a restored try
+    # resumed and sealed; one started over (restart) and dispatched with the
+    # next number; two tries of one sibling at once (hedging); 7 and "7" are
+    # two siblings.
+    pytest.param(
+        _run(
+            disp(1, 0, 0),
+            abandon(1, 0, 0),
+            disp(1, 0, 1),
+            refuse(1, 0, 1),
+            disp(1, 0, 2),
+            disp(1, 0, 3),
+            seal(1, 0, 3),
+            resume(2, 0, 4),
+            seal(2, 0, 4),
+            abandon(3, 1, 2, reason="restart"),
+            disp(3, 1, 3),
+            disp(7, 0),
+            disp("7", 0),
+        ),
+        0,
+        [],
+        id="protocol-followed",
+    ),
+    # The same attempt dispatched twice with no end in between.
+    pytest.param(
+        _run(disp(1, 0), disp(1, 0)),
+        1,
+        [f"3: error: {SIB}: attempt 0 dispatched again while it is open (at "],
+        id="dispatched-while-open",
+    ),
+    # A resumed try dispatched again under its number.
+    pytest.param(
+        _run(resume(1, 0, 2), disp(1, 0, 2)),
+        1,
+        [f"3: error: {SIB}: attempt 2 dispatched after attempt_resumed of the same attempt"],
+        id="dispatched-after-resume",
+    ),
+    # ... even after it ended.
+    pytest.param(
+        _run(resume(1, 0, 2), abandon(1, 0, 2), disp(1, 0, 2)),
+        1,
+        [f"4: error: {SIB}: attempt 2 dispatched after attempt_resumed"],
+        id="dispatched-after-resume-ended",
+    ),
+    # Attempt numbers going back.
+    pytest.param(
+        _run(disp("p", 3, 1), abandon("p", 3, 1), disp("p", 3, 0)),
+        1,
+        [
+            f"4: error: run {RID}, sibling (prompt_id 'p', generation_index 3): attempt numbers "
+            "go back: "
+            "attempt 0 dispatched after attempt 1 started"
+        ],
+        id="attempt-goes-back",
+    ),
+    # A retry under the number of the try it follows.
+    pytest.param(
+        _run(disp(1, 0), abandon(1, 0), disp(1, 0)),
+        1,
+        [f"4: error: {SIB}: attempt 0 dispatched again after it ended (at "],
+        id="retry-reuses-number",
+    ),
+    # After a restore, a try started over is dispatched with the next number.
+    pytest.param(
+        _run(abandon(1, 0, 2, reason="restart"), disp(1, 0, 2)),
+        1,
+        [f"3: error: {SIB}: attempt 2 dispatched again after it ended"],
+        id="restart-reuses-number",
+    ),
 ]
 
 
@@ -134,3 +301,154 @@ def test_validate(
     for want in expected:
         assert sum(want in f for f in findings) == 1, (want, findings)
     assert verdict.startswith("valid" if status == 0 else "not valid")
+
+
+NOT_A_TRACE = [
+    # Plain text, each line an error.
+    pytest.param(b"hello\nworld\n", ["1: error: not JSON", "2: error: not JSON"], id="text"),
+    # Plain text without a final newline: a torn last line alone is only a
+    # warning, but no line of the file is an event.
+    pytest.param(b"hello world", ["1: warning: torn last line"], id="text-no-newline"),
+    # A file of NUL bytes (preallocated blocks after a crash, or a binary).
+    pytest.param(b"\0" * 1000, ["1: warning: torn last line"], id="nuls"),
+    # Empty lines only.
+    pytest.param(b"\n\n", ["1: error: empty line", "2: error: empty line"], id="blank-lines"),
+    # Random bytes.
+    pytest.param(
+        bytes(random.Random(7).getrandbits(8) for _ in range(3000)).replace(b"\n", b"\r") + b"\n",
+        ["1: error: not JSON"],
+        id="binary",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "expected"), NOT_A_TRACE)
+def test_a_file_that_is_no_trace_is_not_valid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, expected: list[str]
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    assert main(["validate", str(path)]) == 1
+    *findings, verdict = capsys.readouterr().out.splitlines()
+    assert len(findings) == len(expected) + 1, findings
+    for want, finding in zip(expected, findings[:-1], strict=True):
+        assert finding.startswith(f"{path}:{want}"), (want, finding)
+    assert findings[-1].startswith(f"{path}: error: not a trace: none of its ")
+    assert verdict.startswith("not valid: not a trace: not one of the "), verdict
+
+
+def test_an_empty_set_is_not_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_bytes(b"")
+    assert main(["validate", str(tmp_path)]) == 1
+    *findings, verdict = capsys.readouterr().out.splitlines()
+    assert findings == [
+        f"{tmp_path / 'a.jsonl'}: error: empty file: no line",
+        f"{tmp_path / 'b.jsonl'}: error: empty file: no line",
+    ]
+    assert verdict == "not valid: not a trace: the 2 file(s) hold no line: 2 error(s), 0 warning(s)"
+
+
+@pytest.mark.parametrize(
+    ("other", "status", "expected"),
+    [
+        # An empty file next to a trace: a sink whose process died before it
+        # wrote; a warning.
+        pytest.param(b"", 0, [": warning: empty file: no line"], id="empty"),
+        # A log file in the same folder: an error, whatever the other files hold.
+        pytest.param(
+            b"INFO started\n",
+            1,
+            [":1: error: not JSON", ": error: not a trace: none of its 1 line(s) is an event"],
+            id="log",
+        ),
+    ],
+)
+def test_a_file_is_judged_beside_a_good_trace(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    other: bytes,
+    status: int,
+    expected: list[str],
+) -> None:
+    (tmp_path / "a.jsonl").write_bytes(lines(CLEAN))
+    (tmp_path / "b.jsonl").write_bytes(other)
+    assert main(["validate", str(tmp_path)]) == status
+    *findings, _ = capsys.readouterr().out.splitlines()
+    assert len(findings) == len(expected), findings
+    for want, finding in zip(expected, findings, strict=True):
+        assert finding.startswith(f"{tmp_path / 'b.jsonl'}{want}"), (want, finding)
+
+
+def test_a_run_written_by_two_sinks_is_valid_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The README's two-sink setup: every event of the run in both files.
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_bytes(lines(CLEAN))
+    assert main(["validate", str(tmp_path)]) == 0
+    *findings, verdict = capsys.readouterr().out.splitlines()
+    assert findings == [
+        f"{tmp_path / 'a.jsonl'}: note: run {RID}: read from 2 files: 4 line(s) were events "
+        "read already from another file (the same run read twice, e.g. by two file sinks) "
+        "and count once"
+    ]
+    assert verdict == "valid: 8 lines, 1 runs: 0 error(s), 0 warning(s), 1 note(s)"
+
+
+def test_a_duplicate_within_one_of_two_copies_is_still_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.jsonl").write_bytes(lines(CLEAN))
+    (tmp_path / "b.jsonl").write_bytes(lines([*CLEAN[:3], CLEAN[2], CLEAN[3]]))
+    assert main(["validate", str(tmp_path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    errors = [f for f in out if ": error: " in f]
+    assert errors == [
+        f"{tmp_path / 'b.jsonl'}:4: error: duplicate seq 2 in run {RID}: this file holds it "
+        "already; a seq is used once in a run"
+    ]
+
+
+# A run whose sibling is dispatched twice while open (seqs 1 and 2), with
+# lines and files in every order: the finding is the same.
+_OPEN_TWICE = make_run(
+    5, T0, [(T0 + 1, disp(1, 0)), (T0 + 2, disp(1, 0)), (T0 + 3, seal(1, 0))], closed=T0 + 4
+)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        [[0, 1, 2, 3, 4]],  # in seq order
+        [[4, 3, 2, 1, 0]],  # reversed
+        [[3, 4], [0, 1, 2]],  # split in two files, the later part first
+        [[2, 4], [0, 3, 1]],  # split and shuffled
+    ],
+)
+def test_the_protocol_is_checked_in_seq_order_whatever_the_order_of_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], layout: list[list[int]]
+) -> None:
+    paths = []
+    for i, seqs in enumerate(layout):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_bytes(lines(_OPEN_TWICE[s] for s in seqs))
+        paths.append(str(path))
+    assert main(["validate", *paths]) == 1
+    *findings, _ = capsys.readouterr().out.splitlines()
+    # seq 2 is the second dispatch, wherever it lies; seq 1 the first.
+    place = {s: f"{paths[i]}:{seqs.index(s) + 1}" for i, seqs in enumerate(layout) for s in seqs}
+    assert findings == [
+        f"{place[2]}: error: {SIB}: attempt 0 dispatched "
+        f"again while it is open (at {place[1]}, with no attempt_sealed, attempt_refused or "
+        "attempt_abandoned since); expected the try to end first, and a retry to take the "
+        "next number"
+    ]
+
+
+def test_huge_seqs_give_their_gaps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    huge = _line(seq=10**8, weight_version=1) + b"\n" + _line(seq=2**62, weight_version=1)
+    (tmp_path / "t.jsonl").write_bytes(lines(CLEAN[:3]) + huge + b"\n")
+    assert main(["validate", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"seq gap: {2**62 - 4} seq(s) missing (3-99999999, 100000001-{2**62 - 1})" in out

@@ -144,10 +144,13 @@ def test_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         "pid": 42,
         "first_time": 100.0,
         "last_time": 103.0,
-        "events": {"attempt_dispatched": 1, "trace_closed": 1, "trace_opened": 1},
+        "span_s": 3.0,
+        "events": 3,
+        "events_by_name": {"attempt_dispatched": 1, "trace_closed": 1, "trace_opened": 1},
         "seq_gaps": [[2, 2]],
-        "missing": 1,
-        "duplicates": 0,
+        "missing_seqs": 1,
+        "duplicate_seqs": 0,
+        "read_twice": 0,
         "torn_lines": 1,
         "invalid_lines": 0,
         "closed": True,
@@ -160,8 +163,8 @@ def test_summary_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     header, _, row = out.splitlines()[:3]
     assert header.split() == [
-        "run_id", "host", "pid", "first", "last", "span_s", "events", "missing_seqs",
-        "dup_seqs", "torn", "invalid", "closed",
+        "run_id", "host", "pid", "first_time", "last_time", "span_s", "events", "missing_seqs",
+        "duplicate_seqs", "torn_lines", "invalid_lines", "closed",
     ]  # fmt: skip
     assert row.split()[0] == run_id(3) and row.split()[-1] == "no"
 
@@ -256,3 +259,30 @@ def test_a_timeline_json_holds_integers_wider_than_64_bits(tmp_path: Path) -> No
     out = tmp_path / "t.json"
     assert main(["timeline", str(path), "-o", str(out)]) == 0
     assert "traceEvents" in json.loads(out.read_text())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cost"],
+        ["summary"],
+        ["summary", "--json"],
+        ["timeline", "-o", "{tmp}/t.html"],
+    ],
+)
+def test_bad_lines_on_stderr_are_the_first_ten_and_a_count(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A trace followed by a binary's worth of bad lines.
+    path = tmp_path / "t.jsonl"
+    run = make_run(3, 1.78e9, [(1.78e9 + 1, disp(1, 0))], closed=1.78e9 + 2)
+    path.write_bytes(lines(run) + b"\x00\x01garbage\n" * 30)
+    words = [w.replace("{tmp}", str(tmp_path)) for w in argv]
+    assert main([*words, str(path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    shown = [line for line in err if line.startswith(f"rollout-trace: {path}:")]
+    assert shown == [f"rollout-trace: {path}:{n}: skipped: not JSON: JSON is malformed: "
+                     "invalid character (byte 0)" for n in range(4, 14)]  # fmt: skip
+    more = [line for line in err if line.startswith("rollout-trace: ...")]
+    assert more == ["rollout-trace: ... and 20 more bad line(s) (rollout-trace validate lists "
+                    "every one)"]  # fmt: skip

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,70 @@ def test_a_subcommand_is_one_entry(
     out = capsys.readouterr().out
     assert out.startswith("usage: rollout-trace echo [-h] [--status STATUS]")
     assert "examples:\n  rollout-trace echo --status 3\n" in out  # laid out as written
+
+
+# Each: the words, whose usage is printed, and the error it names.
+WRONG_WORDS = [
+    # An unknown flag before the paths, after them, and between two of them.
+    (["cost", "--bogus", EXAMPLE], "cost", "unrecognized arguments: --bogus"),
+    (["cost", EXAMPLE, "--bogus"], "cost", "unrecognized arguments: --bogus"),
+    # (argparse cannot tell whether the path is the unknown flag's value.)
+    (
+        ["summary", EXAMPLE, "--bogus", EXAMPLE],
+        "summary",
+        f"unrecognized arguments: --bogus {EXAMPLE}",
+    ),
+    # An option without its value, at the end and before a path.
+    (["timeline", EXAMPLE, "-o"], "timeline", "argument -o/--output: expected one argument"),
+    (["timeline", "-o"], "timeline", "argument -o/--output: expected one argument"),
+    # A flag of another subcommand.
+    (["validate", "--json", EXAMPLE], "validate", "unrecognized arguments: --json"),
+    (["validate", EXAMPLE, "--json"], "validate", "unrecognized arguments: --json"),
+    # A value of the wrong type.
+    (["demo", "--seed", "x"], "demo", "argument --seed: invalid int value: 'x'"),
+    # The same unknown flag on both sides of the subcommand: the first one
+    # is the top level's, and only it is charged there.
+    (["--bogus", "cost", EXAMPLE, "--bogus"], None, "unrecognized arguments: --bogus"),
+    # A subcommand that does not exist.
+    (
+        ["costs", EXAMPLE],
+        None,
+        "argument COMMAND: invalid choice: 'costs' (choose from 'cost', 'summary', 'validate', "
+        "'timeline', 'demo')",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "owner", "error"), WRONG_WORDS)
+def test_wrong_words_print_the_usage_of_the_parser_they_were_given_to(
+    argv: list[str],
+    owner: str | None,
+    error: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    prog = "rollout-trace" if owner is None else f"rollout-trace {owner}"
+    usage, *_, last = captured.err.splitlines()
+    assert usage.startswith(f"usage: {prog} ["), usage
+    assert last == f"{prog}: error: {error}"
+    assert list(tmp_path.iterdir()) == []  # nothing ran
+
+
+def test_options_and_paths_mix_in_any_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    # An option between paths, as shells expand globs: both paths are read.
+    assert cli.main(["summary", EXAMPLE, "--json", str(Path(EXAMPLE) / "*.jsonl")]) == 0
+    assert len(json.loads(capsys.readouterr().out)["runs"]) == 2
+    assert cli.main(["timeline", EXAMPLE, "-o", "t.html", EXAMPLE]) == 0
+    assert (tmp_path / "t.html").is_file()
+    # A file named like a flag, after `--`.
+    shutil.copy(next(Path(EXAMPLE).glob("*.jsonl")), tmp_path / "--json")
+    assert cli.main(["summary", "--json", "--", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["runs"]) == 1

@@ -1,0 +1,157 @@
+"""``rollout-trace summary``: one name per figure in the table and the JSON, runs read
+twice counted once, bounded memory, and what a set of no runs holds."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import msgspec
+import pytest
+from scenario import disp, lines, make_run, run_id, seal
+
+from rollout_trace._cli.main import main
+
+T0 = 1_780_000_000.0
+
+
+def _two_runs(tmp_path: Path) -> Path:
+    a = make_run(1, T0, [(T0 + 1, disp(1, 0)), (T0 + 2, seal(1, 0))], closed=T0 + 3, pid=41)
+    b = make_run(2, T0 + 10, [(T0 + 11, disp(2, 0)), (T0 + 12, seal(2, 0))], pid=42)
+    # b misses seq 1, and has a torn last line.
+    torn = b'{"event":"attempt_sealed","run_id":"%s","se' % run_id(2).encode()
+    data = lines(a) + lines(b[:1]) + lines(b[2:]) + torn
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    return path
+
+
+def test_every_table_column_is_a_key_of_each_json_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _two_runs(tmp_path)
+    assert main(["summary", str(path), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert main(["summary", str(path)]) == 0
+    header, _, *rows = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    columns = header.split()
+    assert len(rows) == len(runs) == 2
+    for run, row in zip(runs, rows, strict=True):
+        assert set(columns) <= set(run), set(columns) - set(run)
+        cells = dict(zip(columns, _cells(row, header), strict=True))
+        # The table shows the JSON's values.
+        for column in ("run_id", "pid", "events", "missing_seqs", "duplicate_seqs"):
+            assert cells[column].replace(",", "") == str(run[column]), column
+        for column in ("torn_lines", "invalid_lines"):
+            assert cells[column] == str(run[column]), column
+        assert cells["closed"] == ("yes" if run["closed"] else "no")
+        assert float(cells["span_s"]) == pytest.approx(run["span_s"], abs=0.05)
+    assert [r["missing_seqs"] for r in runs] == [0, 1]
+    assert [r["torn_lines"] for r in runs] == [0, 1]
+
+
+def _cells(row: str, header: str) -> list[str]:
+    """A table row cut where the header's columns are (times hold spaces)."""
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    ends = [*starts[1:], len(row) + 1]
+    return [row[s:e].strip() for s, e in zip(starts, ends, strict=True)]
+
+
+def test_a_run_written_by_two_sinks_counts_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(3, T0, [(T0 + 1, disp(1, 0)), (T0 + 2, seal(1, 0))], closed=T0 + 3)
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_bytes(lines(run))
+    assert main(["summary", str(tmp_path), "--json"]) == 0
+    [summary] = json.loads(capsys.readouterr().out)["runs"]
+    assert summary["events"] == 4
+    assert summary["events_by_name"] == {
+        "attempt_dispatched": 1,
+        "attempt_sealed": 1,
+        "trace_closed": 1,
+        "trace_opened": 1,
+    }
+    assert (summary["read_twice"], summary["duplicate_seqs"], summary["missing_seqs"]) == (4, 0, 0)
+    assert main(["summary", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"  {run_id(3)}: in 2 files; 4 line(s) repeat events of another file" in out
+
+
+def test_a_huge_seq_costs_no_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rid = run_id(4)
+    opened = make_run(4, T0, [])[0]
+    events = [
+        msgspec.json.encode(
+            {"event": "weights_synced", "time": T0, "run_id": rid, "seq": s, "weight_version": 1}
+        )
+        for s in (1, 2, 10**8, 2**62)
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(lines([opened]) + b"".join(line + b"\n" for line in events))
+    main(["summary", str(path), "--json"])  # decoders built, modules loaded
+    capsys.readouterr()
+    tracemalloc.start()
+    try:
+        assert main(["summary", str(path), "--json"]) == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak  # a bitmap to seq 10**8 is 100 MB
+    [summary] = json.loads(capsys.readouterr().out)["runs"]
+    assert summary["seq_gaps"] == [[3, 10**8 - 1], [10**8 + 1, 2**62 - 1]]
+    assert summary["missing_seqs"] == 2**62 - 4
+
+
+@pytest.mark.parametrize(
+    ("data", "read", "stdout", "shown", "more"),
+    [
+        # 25 lines of a log: the first 10 on stderr, then how many more.
+        pytest.param(
+            b"".join(b"INFO step %d done\n" % i for i in range(25)),
+            25,
+            "no runs: 25 lines read from 1 file(s), 25 of them bad; not one line is a trace event",
+            10,
+            "rollout-trace: ... and 15 more bad line(s) (rollout-trace validate lists every one)",
+            id="log",
+        ),
+        # A binary of NUL bytes: one line, torn.
+        pytest.param(
+            b"\0" * 5000,
+            1,
+            "no runs: 1 lines read from 1 file(s), 1 of them bad (1 torn); not one line is a "
+            "trace event",
+            1,
+            None,
+            id="nuls",
+        ),
+        # An empty file.
+        pytest.param(b"", 0, "no runs: the 1 file(s) given hold no line", 0, None, id="empty"),
+    ],
+)
+def test_a_set_of_no_runs_says_what_it_read(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    data: bytes,
+    read: int,
+    stdout: str,
+    shown: int,
+    more: str | None,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    assert main(["summary", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == stdout
+    err = captured.err.splitlines()
+    assert len(err) == shown + (more is not None), err
+    for i, line in enumerate(err[:shown], 1):
+        assert line.startswith(f"rollout-trace: {path}:{i}: "), line
+    if more is not None:
+        assert err[-1] == more
+    assert main(["summary", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["runs"], doc["lines"], doc["bad_lines"]) == ([], read, read)
+    assert len(doc["unattributed_problems"]) == shown
+    assert doc["unattributed_lines"] == doc["bad_lines"]
