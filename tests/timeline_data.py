@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Iterator
 
-from scenario import make_run
+from scenario import make_run, run_id
 
 import rollout_trace as rt
+from rollout_trace._schema.decoding import AnyEvent
 
 GROUP = 8
 GROUPS_PER_STEP = 16
@@ -237,3 +239,79 @@ def every_kind(group_id: str = "grp-1", host: str = "node-1") -> list[rt.Event |
         fields={"gib": 3},
     )
     return [*a, *b, other]
+
+
+def crowded() -> list[rt.Event]:
+    """Two runs whose labels would overprint one another if drawn where their marks are.
+
+    Run A (T0 to T0+50) trains steps 1-12 half a second apart, steps 20 and 21
+    a second apart, and step 22 half a second before its last event, where the
+    stop's label goes; it publishes a snapshot and has one try in flight at the
+    stop. Run B restores that snapshot (a restore wide enough for its label),
+    resumes the try, trains steps 22-26 a third of a second apart and closes.
+    """
+    sib = {"group_id": "g", "prompt_id": 1, "generation_index": 0, "attempt": 0}
+    a_timed: list[tuple[float, rt.Event]] = [
+        (T0 + 1.0, rt.AttemptDispatched(**sib, weight_version=0)),
+        (T0 + 5.0, rt.AttemptSealed(**sib)),
+        *((T0 + 10.0 + 0.5 * i, rt.StepTrained(step=i + 1, group_ids=[])) for i in range(12)),
+        (T0 + 40.0, rt.StepTrained(step=20, group_ids=[])),
+        (T0 + 41.0, rt.StepTrained(step=21, group_ids=[])),
+        (T0 + 42.0, rt.SnapshotPublished(step=21, path="/ckpt/s21", captured_at=T0 + 41.5)),
+        (T0 + 45.0, rt.AttemptDispatched(**{**sib, "prompt_id": 2}, weight_version=21)),
+        (T0 + 49.5, rt.StepTrained(step=22, group_ids=[])),
+        (T0 + 50.0, rt.WeightsSynced(weight_version=22)),
+    ]
+    b_timed: list[tuple[float, rt.Event]] = [
+        (T0 + 53.0, rt.RestoreStarted(path="/ckpt/s21", step=21)),
+        (T0 + 80.0, rt.RestoreFinished(step=21, unfinished_groups=[])),
+        (T0 + 80.0, rt.AttemptResumed(**{**sib, "prompt_id": 2}, turn=1)),
+        (T0 + 90.0, rt.AttemptSealed(**{**sib, "prompt_id": 2})),
+        *((T0 + 81.0 + i / 3, rt.StepTrained(step=22 + i, group_ids=[])) for i in range(5)),
+    ]
+    b_timed.sort(key=lambda pair: pair[0])
+    return [*make_run(1, T0, a_timed), *make_run(2, T0 + 52.0, b_timed, closed=T0 + 100.0)]
+
+
+def stream(attempts: int, *, user_every: int = 0, t0: float = T0) -> Iterator[AnyEvent]:
+    """One run of ``attempts`` tries in groups of 8, made one event at a time.
+
+    With ``user_every`` N, N events of a kind the timeline does not draw
+    (``gpu_memory_sampled``, as read back by a process with no class for it)
+    follow every try. Nothing is held: a consumer that keeps no event keeps
+    no memory for them.
+    """
+    rid = run_id(9)
+    seq = 0
+
+    def stamp(ev: rt.Event, t: float) -> rt.Event:
+        nonlocal seq
+        ev.time, ev.run_id, ev.seq = t, rid, seq
+        seq += 1
+        return ev
+
+    yield stamp(rt.TraceOpened(sdk_version="0", pid=1, host="node-1"), t0)
+    t = t0
+    for n in range(attempts):
+        prompt, g = divmod(n, GROUP)
+        gid = f"group-{prompt:08d}"
+        sib = {"group_id": gid, "prompt_id": prompt, "generation_index": g, "attempt": 0}
+        if g == 0:
+            reserved = rt.GroupReserved(
+                group_id=gid, prompt_id=prompt, size=GROUP, weight_version=0
+            )
+            yield stamp(reserved, t)
+        t += 0.01
+        yield stamp(rt.AttemptDispatched(**sib, weight_version=0), t)
+        yield stamp(rt.AttemptSealed(**sib), t + 1.0)
+        for _ in range(user_every):
+            yield rt.UnknownEvent(
+                event="gpu_memory_sampled",
+                time=t,
+                run_id=rid,
+                seq=seq,
+                fields={"device": seq % 8, "allocated_bytes": 3 << 30, "note": f"sample {seq}"},
+            )
+            seq += 1
+        if g == GROUP - 1:
+            yield stamp(rt.GroupSealed(group_id=gid, prompt_id=prompt), t + 1.0)

@@ -7,18 +7,25 @@ notable outcome that touches it (``PRIORITY``), and runs of equal columns
 become one bar. So a rare failure among thousands of sealed tries still
 shows, and the page stays a few hundred kB whatever the attempt count. Runs
 with more lanes than ``MAX_ROWS`` fold several lanes into one row.
+
+What a stop did to a try is drawn over its bar, either way: redone work is
+hatched, a try in flight at the stop ends in a triangle (resumed by the next
+run, which starts its try with the same triangle) or a cross (restarted).
+Text labels go through ``labels.Layout``, so none overprints another.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from html import escape
 
-from .model import Attempt, Mark, RunLine, Timeline
+from .labels import Layout, text_box
+from .model import OUTCOME_LABELS, Attempt, Mark, RunLine, Timeline, stop_figures
 
-__all__ = ["COLOURS", "PRIORITY", "Chart", "draw_chart", "fmt_rel"]
+__all__ = ["COLOURS", "PRIORITY", "Chart", "Scale", "draw_chart", "fmt_rel"]
 
 # Okabe-Ito: told apart by most colour-blind readers too.
 COLOURS = {
@@ -27,9 +34,9 @@ COLOURS = {
     "dropped": "#999999",
     "cancelled": "#F0E442",
     "refused": "#56B4E9",
-    "restarted": "#E69F00",
+    "abandoned_restart": "#E69F00",
     "whole_group": "#CC79A7",
-    "in_flight": "#0072B2",
+    "unended": "#0072B2",
 }
 # Low to high: what a pixel column shows when outcomes share it.
 PRIORITY = (
@@ -38,12 +45,13 @@ PRIORITY = (
     "cancelled",
     "refused",
     "whole_group",
-    "restarted",
-    "in_flight",
+    "abandoned_restart",
+    "unended",
     "failed",
 )
 _CODE = {o: i + 1 for i, o in enumerate(PRIORITY)}
 _RUNS_OF_EQUAL = re.compile(rb"([^\x00])\1*")
+_RUNS_OF_ONES = re.compile(rb"\x01+")
 
 WIDTH = 1040
 LEFT = 176
@@ -57,6 +65,12 @@ MAX_ROWS = 96
 # One bar per attempt up to this many in a run, and in the whole page.
 DETAIL_RUN = 3000
 DETAIL_TOTAL = 6000
+# Font sizes of the chart's text classes (the page's CSS says the same).
+TICK_PX, LAB_PX, SUB_PX, STEP_PX, RESTORE_PX, STOP_PX, DOWN_PX = 11, 12, 11, 10, 10, 11, 12
+# Baselines of a run's four gutter lines, from the top of its band.
+_GUTTER = (13.0, 27.0, 40.0, 53.0)
+
+Band = tuple[RunLine, float, float, int, float]  # run, top, height, rows, row height
 
 
 class Chart:
@@ -64,18 +78,86 @@ class Chart:
 
     def __init__(self) -> None:
         self.parts: list[str] = []
+        self.labels: list[str] = []  # drawn last, over every shape
         self.detailed = 0  # attempts drawn one bar each
         self.merged = 0  # attempts drawn per pixel column
         self.bars = 0
         self.folded: list[str] = []  # runs whose lanes share rows
+        self.layout = Layout()
 
     @property
     def svg(self) -> str:
         return "".join(self.parts)
 
+    def label(
+        self, x: float, y: float, text: str, cls: str, size: float, anchor: str, bold: bool = False
+    ) -> None:
+        """A label that is always drawn (run names, ticks): its place is taken first."""
+        self.layout.take(text_box(x, y, text, size, anchor, bold))
+        self.labels.append(f'<text x="{x:.1f}" y="{y:.1f}" class="{cls}">{escape(text)}</text>')
+
+    def try_label(
+        self,
+        places: list[tuple[float, float, str]],
+        text: str,
+        cls: str,
+        size: float,
+        bold: bool = False,
+        within: tuple[float, float] | None = None,
+    ) -> bool:
+        """A label at the first free of ``places`` (x, baseline, anchor), or none."""
+        fits = [(place, text_box(*place[:2], text, size, place[2], bold)) for place in places]
+        if within is not None:
+            # The label must fit between these x (inside its own shape).
+            fits = [(place, b) for place, b in fits if within[0] <= b[0] and b[2] <= within[1]]
+        i = self.layout.place([b for _, b in fits])
+        if i is None:
+            return False
+        x, y, anchor = fits[i][0]
+        style = "" if anchor == _CLASS_ANCHOR.get(cls) else f' text-anchor="{anchor}"'
+        self.labels.append(
+            f'<text x="{x:.1f}" y="{y:.1f}" class="{cls}"{style}>{escape(text)}</text>'
+        )
+        return True
+
+
+# The text-anchor each label class has in the page's CSS.
+_CLASS_ANCHOR = {
+    "tick": "middle",
+    "steplab": "middle",
+    "rlab": "middle",
+    "down": "middle",
+    "stoplab": "end",
+}
+
+
+class Scale:
+    """Time to x, safe at the ends of the float range.
+
+    Halves are subtracted, not times: ``t1 - t0`` overflows to infinity for
+    times such as -1e308 and 1.7e308, while ``t1/2 - t0/2`` does not, and
+    halving is exact, so ordinary times map as before.
+    """
+
+    def __init__(self, t0: float, t1: float) -> None:
+        self.t0_half = t0 * 0.5
+        half = t1 * 0.5 - self.t0_half
+        self.half_span = half if half > 0 else 0.5e-6
+
+    def __call__(self, t: float) -> float:
+        v = LEFT + (t * 0.5 - self.t0_half) / self.half_span * PLOT_W
+        if not v >= LEFT - 1:  # NaN too
+            return LEFT - 1.0
+        return min(v, WIDTH - RIGHT + 1.0)
+
 
 def fmt_rel(s: float, step: float = 0.0) -> str:
     """Seconds since the time origin as ``12.5 s``, ``4:05`` or ``1:04:05``."""
+    if not math.isfinite(s):
+        # Times at the ends of the float range are further apart than a float.
+        return f"{'-' if s < 0 else ''}more than {sys.float_info.max:.3g} s"
+    if abs(s) >= 1e9:
+        return f"{s:.3g} s"
     if step and step < 1:
         return f"{s:.1f} s"
     if abs(s) < 60 and (not step or step < 60):
@@ -87,22 +169,20 @@ def fmt_rel(s: float, step: float = 0.0) -> str:
     return f"{sign}{h}:{m:02d}:{sec:02d}" if h else f"{sign}{m}:{sec:02d}"
 
 
-def _nice_step(span: float) -> float:
-    target = span / 8
+def _nice_step(target: float) -> float:
+    """A round tick step of at least ``target`` seconds."""
     for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600):
         if step >= target:
             return float(step)
-    return 3600.0 * math.ceil(target / 3600)
+    if target <= 3600e6:
+        return 3600.0 * math.ceil(target / 3600)
+    return 10.0 ** math.ceil(math.log10(target))
 
 
 def draw_chart(tl: Timeline) -> Chart:
     chart = Chart()
-    span = max(tl.t1 - tl.t0, 1e-6)
-
-    def x(t: float) -> float:
-        return LEFT + (t - tl.t0) / span * PLOT_W
-
-    bands: list[tuple[RunLine, float, float, int, float]] = []
+    x = Scale(tl.t0, tl.t1)
+    bands: list[Band] = []
     y = AXIS_H + 6.0
     for run in tl.runs:
         rows = max(1, min(run.lanes, MAX_ROWS))
@@ -117,69 +197,94 @@ def draw_chart(tl: Timeline) -> Chart:
         f'width="{WIDTH}" height="{total_h:.0f}" role="img" aria-label="timeline">'
         '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eceff3"/>'
-        '<line x1="0" y1="0" x2="0" y2="6" stroke="#c5ccd6" stroke-width="2.5"/></pattern></defs>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#c5ccd6" stroke-width="2.5"/></pattern>'
+        '<pattern id="redo" width="5" height="5" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="5" stroke="#fff" '
+        'stroke-width="2" stroke-opacity="0.8"/></pattern></defs>'
     )
-    _axis(p, tl, x, span, total_h)
-    _downtime(p, tl, x, bands, total_h)
+    _axis(chart, x, total_h)
+    _downtime(chart, tl, x, bands)
     budget = DETAIL_TOTAL
     for run, top, height, rows, row_h in bands:
         detail = len(run.attempts) <= min(DETAIL_RUN, budget)
         if detail:
             budget -= len(run.attempts)
-        _band(chart, run, x, top, height, rows, row_h, detail)
-    _stops(p, tl, x, bands)
+        _band(chart, run, x, top, height, rows, row_h, detail, tl)
+    # Labels by importance: the stops, the downtime, restores, then steps.
+    _stops(chart, tl, x, bands)
+    _downtime_labels(chart, tl, x, bands)
+    for run, top, _, _, _ in bands:
+        _restore_labels(chart, run, x, top)
+    for run, top, _, _, _ in bands:
+        _step_labels(chart, run.marks, x, top)
+    p.extend(chart.labels)
     p.append("</svg>")
     return chart
 
 
-def _axis(p: list[str], tl: Timeline, x: Callable[[float], float], span: float, h: float) -> None:
-    step = _nice_step(span)
+def _axis(chart: Chart, x: Scale, h: float) -> None:
+    # In halves, like Scale: the span itself may be past the float range.
+    step = _nice_step(x.half_span / 4)
     k = 0
-    while k * step <= span + 1e-9:
-        xx = x(tl.t0 + k * step)
-        p.append(
+    while k * step * 0.5 <= x.half_span * (1 + 1e-9):
+        xx = LEFT + k * step * 0.5 / x.half_span * PLOT_W
+        chart.parts.append(
             f'<line x1="{xx:.1f}" y1="{AXIS_H - 6}" x2="{xx:.1f}" y2="{h:.0f}" class="grid"/>'
-            f'<text x="{xx:.1f}" y="{AXIS_H - 10}" class="tick">{fmt_rel(k * step, step)}</text>'
         )
+        chart.label(xx, AXIS_H - 10, fmt_rel(k * step, step), "tick", TICK_PX, "middle")
         k += 1
 
 
-def _downtime(
-    p: list[str],
-    tl: Timeline,
-    x: Callable[[float], float],
-    bands: list[tuple[RunLine, float, float, int, float]],
-    h: float,
-) -> None:
-    top = {b[0].run_id: b[1] for b in bands}
-    bottom = {b[0].run_id: b[1] + b[2] for b in bands}
-    for stop in tl.stops:
-        if stop.stopped_run not in top or stop.restored_run not in top:
+def _stop_span(tl: Timeline, stop_no: int) -> tuple[float, float] | None:
+    """The stop's time and its restore_started time, if both are known numbers."""
+    figures, _ = stop_figures(tl.stops[stop_no - 1])
+    stop_time, downtime = figures["stop_time"], figures["downtime_s"]
+    if stop_time is None or downtime is None:
+        return None
+    return stop_time, stop_time + downtime
+
+
+def _downtime(chart: Chart, tl: Timeline, x: Scale, bands: list[Band]) -> None:
+    where = {b[0].run_id: (b[1], b[1] + b[2]) for b in bands}
+    for i, stop in enumerate(tl.stops, 1):
+        span = _stop_span(tl, i)
+        if span is None or stop.stopped_run not in where or stop.restored_run not in where:
             continue
-        x0, x1 = x(stop.stop_time), x(stop.stop_time + stop.downtime_s)
-        y0 = top[stop.stopped_run]
-        y1 = bottom[stop.restored_run]
+        x0, x1 = x(span[0]), x(span[1])
+        y0 = where[stop.stopped_run][0]
+        y1 = where[stop.restored_run][1]
         w = max(x1 - x0, 1.0)
-        p.append(
+        chart.parts.append(
             f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{y1 - y0:.1f}" '
             f'fill="url(#hatch)"><title>downtime {stop.downtime_s:,.3f} s: from the stop '
             f"to restore_started</title></rect>"
         )
-        label = f"downtime {stop.downtime_s:,.1f} s"
-        if w > 7 * len(label):
-            mid = (y0 + y1) / 2
-            p.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{mid:.1f}" class="down">{label}</text>')
+
+
+def _downtime_labels(chart: Chart, tl: Timeline, x: Scale, bands: list[Band]) -> None:
+    where = {b[0].run_id: (b[1], b[1] + b[2]) for b in bands}
+    for i, stop in enumerate(tl.stops, 1):
+        span = _stop_span(tl, i)
+        if span is None or stop.stopped_run not in where or stop.restored_run not in where:
+            continue
+        x0, x1 = x(span[0]), x(span[1])
+        mid = (where[stop.stopped_run][0] + where[stop.restored_run][1]) / 2
+        label = f"downtime {span[1] - span[0]:,.1f} s"
+        chart.try_label(
+            [((x0 + x1) / 2, mid, "middle")], label, "down", DOWN_PX, bold=True, within=(x0, x1)
+        )
 
 
 def _band(
     chart: Chart,
     run: RunLine,
-    x: Callable[[float], float],
+    x: Scale,
     top: float,
     height: float,
     rows: int,
     row_h: float,
     detail: bool,
+    tl: Timeline,
 ) -> None:
     p = chart.parts
     x0, x1 = x(run.first_time), x(run.last_time)
@@ -191,15 +296,16 @@ def _band(
     host = run.host if run.host is not None else "unknown host"
     pid = run.pid if run.pid is not None else "?"
     lines = [
-        (f"run {run.index + 1} · {host[:18]}", "lab"),
-        (f"pid {pid} · {run.run_id[:8]}", "sub"),
-        (f"{len(run.attempts):,} attempts · {run.lanes} lanes", "sub"),
-        (state, "sub" if run.closed else "warn"),
+        (f"run {run.index + 1} · {host[:18]}", "lab", LAB_PX),
+        (f"pid {pid} · {run.run_id[:8]}", "sub", SUB_PX),
+        (f"{len(run.attempts):,} attempts · {run.lanes} lanes", "sub", SUB_PX),
+        (state, "sub" if run.closed else "warn", SUB_PX),
     ]
     full = f"run {run.run_id} on {host}, pid {pid}: {state}"
     p.append(f"<g><title>{escape(full)}</title>")
-    for i, (text, cls) in enumerate(lines):
-        p.append(f'<text x="8" y="{top + 13 + 13 * i:.1f}" class="{cls}">{escape(text)}</text>')
+    for (text, cls, size), dy in zip(lines, _GUTTER, strict=True):
+        chart.layout.take(text_box(8, top + dy, text, size, "start", cls == "lab"))
+        p.append(f'<text x="8" y="{top + dy:.1f}" class="{cls}">{escape(text)}</text>')
     p.append("</g>")
     lanes_top = top + MARK_H
     _marks(p, run.marks, x, top, lanes_top + rows * row_h)
@@ -220,16 +326,22 @@ def _band(
             w = max(x(a.end) - ax, 1.0 if a.started else 3.0)
             p.append(
                 f'<rect x="{ax:.1f}" y="{y:.1f}" width="{w:.1f}" height="{bar_h:.1f}" '
-                f'class="o-{a.outcome}"><title>{escape(_attempt_title(a, run))}</title></rect>'
+                f'class="o-{a.outcome}"><title>{escape(_attempt_title(a, tl))}</title></rect>'
             )
+            if a.fate == "redone":
+                p.append(
+                    f'<rect x="{ax:.1f}" y="{y:.1f}" width="{w:.1f}" height="{bar_h:.1f}" '
+                    'fill="url(#redo)" class="f-redone"/>'
+                )
             chart.bars += 1
     else:
         chart.merged += len(run.attempts)
         _raster(chart, run, x, lanes_top, rows, row_h, bar_h, lane_to_row)
+    _fate_glyphs(chart, run, x, lanes_top, row_h, bar_h, lane_to_row, tl)
 
 
-def _attempt_title(a: Attempt, run: RunLine) -> str:
-    outcome = a.outcome.replace("_", " ")
+def _attempt_title(a: Attempt, tl: Timeline) -> str:
+    outcome = OUTCOME_LABELS[a.outcome]
     lines = [
         f"group {a.group_id} · prompt {a.prompt_id} · generation {a.generation_index} · "
         f"attempt {a.attempt}",
@@ -237,18 +349,74 @@ def _attempt_title(a: Attempt, run: RunLine) -> str:
         f"{a.end - a.start:,.3f} s",
     ]
     if a.resumed_turn is not None:
-        lines.append(f"resumed from turn {a.resumed_turn}")
+        lines.append(f"started by attempt_resumed, from turn {a.resumed_turn}")
     if not a.started:
         lines.append("started in an earlier run")
-    if a.after_stop:
-        lines.append(a.after_stop)
+    if a.fate is not None:
+        lines.append(_fate_text(a, tl))
     return "\n".join(lines)
+
+
+def _fate_text(a: Attempt, tl: Timeline) -> str:
+    b = tl.run_number(tl.stops[a.stop - 1].restored_run)
+    if a.fate == "redone":
+        return (
+            f"redone: sealed after the state run {b} restored at stop {a.stop} was captured, "
+            "so done again"
+        )
+    return f"{a.fate} by run {b} at stop {a.stop}: in flight at the stop"
+
+
+def _fate_glyphs(
+    chart: Chart,
+    run: RunLine,
+    x: Scale,
+    lanes_top: float,
+    row_h: float,
+    bar_h: float,
+    lane_to_row: Callable[[int], int],
+    tl: Timeline,
+) -> None:
+    """A triangle where a resumed try stops or picks up, a cross where one is restarted.
+
+    Drawn a little larger than thin rows, so that they show where lanes are
+    many: they are as few as the tries running at a stop.
+    """
+    s = max(7.0, min(bar_h + 2, 11.0))
+    h = s / 2
+    p = chart.parts
+    for a in run.attempts:
+        if a.fate not in ("resumed", "restarted") and a.resumed_turn is None:
+            continue
+        yc = lanes_top + lane_to_row(a.lane) * row_h + bar_h / 2
+        if a.resumed_turn is not None:
+            xs = x(a.start)
+            title = escape(f"started by attempt_resumed, from turn {a.resumed_turn}")
+            p.append(
+                f'<path d="M{xs:.1f},{yc - h:.1f}l{s * 0.8:.1f},{h:.1f}l{-s * 0.8:.1f},{h:.1f}z" '
+                f'class="f-resumed"><title>{title}</title></path>'
+            )
+        if a.fate == "resumed":
+            xe = x(a.end)
+            p.append(
+                f'<path d="M{xe - s * 0.8:.1f},{yc - h:.1f}l{s * 0.8:.1f},{h:.1f}'
+                f'l{-s * 0.8:.1f},{h:.1f}z" class="f-resumed">'
+                f"<title>{escape(_fate_text(a, tl))}</title></path>"
+            )
+        elif a.fate == "restarted":
+            xe = x(a.end)
+            d = h * 0.8
+            p.append(
+                f'<path d="M{xe - d:.1f},{yc - d:.1f}l{2 * d:.1f},{2 * d:.1f}'
+                f'm0,{-2 * d:.1f}l{-2 * d:.1f},{2 * d:.1f}" class="f-restarted">'
+                f"<title>{escape(_fate_text(a, tl))}</title></path>"
+            )
 
 
 def _raster(
     chart: Chart,
     run: RunLine,
-    x: Callable[[float], float],
+    x: Scale,
     lanes_top: float,
     rows: int,
     row_h: float,
@@ -257,12 +425,21 @@ def _raster(
 ) -> None:
     width = PLOT_W + 1
     strips = [bytearray(width) for _ in range(rows)]
+    redone = [bytearray(width) for _ in range(rows)]
     fills = {code: bytes([code]) * width for code in _CODE.values()}
+    ones = b"\x01" * width
+    # The scale, inlined: this loop runs once per attempt of a large run.
+    k = PLOT_W / x.half_span
+    h0 = x.t0_half
+    last = width - 1
     # Painted from least to most notable, so the notable one wins a column.
     for a in sorted(run.attempts, key=lambda a: _CODE[a.outcome]):
-        c0 = min(int(x(a.start)) - LEFT, width - 1)
-        c1 = max(c0 + 1, min(math.ceil(x(a.end)) - LEFT, width))
-        strips[lane_to_row(a.lane)][c0:c1] = fills[_CODE[a.outcome]][: c1 - c0]
+        c0 = min(max(int((a.start * 0.5 - h0) * k), 0), last)
+        c1 = max(c0 + 1, min(math.ceil((a.end * 0.5 - h0) * k), width))
+        row = lane_to_row(a.lane)
+        strips[row][c0:c1] = fills[_CODE[a.outcome]][: c1 - c0]
+        if a.fate == "redone":
+            redone[row][c0:c1] = ones[: c1 - c0]
     p = chart.parts
     for row, strip in enumerate(strips):
         y = lanes_top + row * row_h
@@ -273,14 +450,16 @@ def _raster(
                 f'height="{bar_h:.1f}" class="o-{outcome}"/>'
             )
             chart.bars += 1
+        for m in _RUNS_OF_ONES.finditer(redone[row]):
+            p.append(
+                f'<rect x="{LEFT + m.start()}" y="{y:.1f}" width="{m.end() - m.start()}" '
+                f'height="{bar_h:.1f}" fill="url(#redo)" class="f-redone"/>'
+            )
 
 
-def _marks(
-    p: list[str], marks: list[Mark], x: Callable[[float], float], top: float, bottom: float
-) -> None:
+def _marks(p: list[str], marks: list[Mark], x: Scale, top: float, bottom: float) -> None:
     seen: dict[str, set[int]] = {}
-    steps = [m for m in marks if m.kind == "step"]
-    label_steps = len(steps) <= PLOT_W / 40
+    guides = sum(m.kind == "step" for m in marks) <= PLOT_W / 40
     for m in marks:
         if m.kind not in ("step", "weights", "checkpoint", "snapshot"):
             continue
@@ -293,7 +472,7 @@ def _marks(
         title = escape(_mark_title(m))
         if m.kind == "step":
             p.append(f"<g><title>{title}</title>")
-            if label_steps:
+            if guides:
                 # Guides through the lanes help while steps are few; many would
                 # grey the lanes out.
                 p.append(
@@ -302,12 +481,8 @@ def _marks(
                 )
             p.append(
                 f'<line x1="{mx:.1f}" y1="{top + 12:.1f}" x2="{mx:.1f}" y2="{top + 26:.1f}" '
-                'class="step"/>'
+                'class="step"/></g>'
             )
-            if label_steps:
-                step = m.args["step"]
-                p.append(f'<text x="{mx:.1f}" y="{top + 10:.1f}" class="steplab">{step}</text>')
-            p.append("</g>")
         elif m.kind == "weights":
             p.append(
                 f'<circle cx="{mx:.1f}" cy="{top + 24:.1f}" r="2.2" class="weights">'
@@ -330,47 +505,77 @@ def _marks(
             )
 
 
+def _step_labels(chart: Chart, marks: list[Mark], x: Scale, top: float) -> None:
+    """Step numbers over their ticks, left to right, each only where it has room."""
+    done: set[int] = set()
+    for m in marks:
+        if m.kind != "step":
+            continue
+        mx = x(m.time)
+        if int(mx) in done:
+            continue
+        done.add(int(mx))
+        chart.try_label([(mx, top + 10, "middle")], str(m.values[0]), "steplab", STEP_PX)
+
+
 def _mark_title(m: Mark) -> str:
     parts = [m.name]
+    args = m.args
     for key in ("path", "weight_version"):
-        if key in m.args:
-            parts.append(f"{key}: {m.args[key]}")
+        if key in args:
+            parts.append(f"{key}: {args[key]}")
     if m.captured_at is not None:
         parts.append(f"captured {m.time - m.captured_at:,.3f} s before it was published")
     return "\n".join(parts)
 
 
-def _restores(p: list[str], run: RunLine, x: Callable[[float], float], top: float) -> None:
+def _restore_took(started: float, finished: float | None) -> str:
+    return f"{finished - started:,.1f} s" if finished is not None else "no restore_finished"
+
+
+def _restores(p: list[str], run: RunLine, x: Scale, top: float) -> None:
     for r in run.restores:
         x0 = x(r.started)
         end = r.finished if r.finished is not None else r.started
         w = max(x(end) - x0, 2.0)
-        took = f"{end - r.started:,.1f} s" if r.finished is not None else "no restore_finished"
+        took = _restore_took(r.started, r.finished)
         title = escape(f"restore from {r.path} (step {r.step}): {took}")
         p.append(
-            f'<g><title>{title}</title><rect x="{x0:.1f}" y="{top + 12:.1f}" width="{w:.1f}" '
-            f'height="14" rx="2" class="restore"/>'
+            f'<rect x="{x0:.1f}" y="{top + 12:.1f}" width="{w:.1f}" height="14" rx="2" '
+            f'class="restore"><title>{title}</title></rect>'
         )
-        label = f"restore {took}"
-        if w > 6.2 * len(label):
-            p.append(f'<text x="{x0 + w / 2:.1f}" y="{top + 22.5:.1f}" class="rlab">{label}</text>')
-        p.append("</g>")
 
 
-def _stops(
-    p: list[str],
-    tl: Timeline,
-    x: Callable[[float], float],
-    bands: list[tuple[RunLine, float, float, int, float]],
-) -> None:
+def _restore_labels(chart: Chart, run: RunLine, x: Scale, top: float) -> None:
+    for r in run.restores:
+        x0 = x(r.started)
+        end = r.finished if r.finished is not None else r.started
+        x1 = x0 + max(x(end) - x0, 2.0)
+        label = f"restore {_restore_took(r.started, r.finished)}"
+        chart.try_label(
+            [((x0 + x1) / 2, top + 22.5, "middle")], label, "rlab", RESTORE_PX, within=(x0, x1)
+        )
+
+
+def _stops(chart: Chart, tl: Timeline, x: Scale, bands: list[Band]) -> None:
     where = {b[0].run_id: (b[1], b[1] + b[2]) for b in bands}
     for i, stop in enumerate(tl.stops, 1):
-        if stop.stopped_run not in where:
+        figures, _ = stop_figures(stop)
+        if stop.stopped_run not in where or figures["stop_time"] is None:
             continue
         y0, y1 = where[stop.stopped_run]
-        sx = x(stop.stop_time)
-        p.append(
-            f"<g><title>stop {i}: the last event of run {escape(stop.stopped_run)}</title>"
+        sx = x(figures["stop_time"])
+        chart.parts.append(
+            f"<g><title>stop {i}: the last event of run {escape(str(stop.stopped_run))}</title>"
             f'<line x1="{sx:.1f}" y1="{y0 - 4:.1f}" x2="{sx:.1f}" y2="{y1 + 4:.1f}" class="stop"/>'
-            f'<text x="{sx - 4:.1f}" y="{y0 + 10:.1f}" class="stoplab">stop {i}</text></g>'
+            "</g>"
         )
+        # Beside the line at the top of the band, left then right; else just
+        # above the band, in the gap between runs.
+        places = [
+            (sx - 4, y0 + 10, "end"),
+            (sx + 4, y0 + 10, "start"),
+            (sx - 4, y0 - 5, "end"),
+            (sx + 4, y0 - 5, "start"),
+        ]
+        chart.try_label(places, f"stop {i}", "stoplab", STOP_PX, bold=True)

@@ -12,11 +12,12 @@ from collections import Counter
 from collections.abc import Iterable
 from html import escape
 
-from .._analysis.figures import FIGURE_ROWS, StopCost
+from .._analysis.figures import FIGURE_ROWS
 from .._schema.decoding import AnyEvent
 from .._version import __version__
 from .chart import COLOURS, PRIORITY, Chart, draw_chart, fmt_rel
-from .model import OUTCOMES, Timeline, build_timeline
+from .fold import build_timeline
+from .model import FATES, OUTCOME_LABELS, OUTCOMES, Timeline, stop_figures
 
 __all__ = ["timeline_html", "html_of"]
 
@@ -28,8 +29,10 @@ h1{font-size:19px;margin:0 0 2px}
 h2{font-size:14px;margin:0 0 6px}
 .meta,.note{color:#566173;margin:2px 0}
 .note{font-size:12px}
-.legend{display:flex;flex-wrap:wrap;gap:4px 14px;margin:10px 0 8px;font-size:12px}
+.legend{display:flex;flex-wrap:wrap;gap:4px 14px;margin:4px 0;font-size:12px}
 .legend span{display:inline-flex;align-items:center;gap:5px}
+.legend b{font-weight:600;color:#566173}
+.legends{margin:10px 0 8px}
 .sw{width:13px;height:11px;border-radius:2px;display:inline-block}
 .legend svg{width:14px;height:14px}
 .wrap{display:flex;gap:18px;align-items:flex-start;flex-wrap:wrap}
@@ -45,6 +48,7 @@ td.v{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.u{color:#7a8494}
 tr.key td{font-weight:600}
 .na{color:#b03a2e}
+tr.why td{border-top:0;color:#b03a2e;font-size:11px;padding:0 4px 4px 14px;overflow-wrap:anywhere}
 .grid{stroke:#edf0f4;stroke-width:1}
 .tick{font-size:11px;fill:#7a8494;text-anchor:middle}
 .band{fill:#f7f8fa;stroke:#e3e7ee}
@@ -64,6 +68,9 @@ tr.key td{font-weight:600}
 .stop{stroke:#c0392b;stroke-width:2;stroke-dasharray:5 3}
 .stoplab{font-size:11px;font-weight:600;fill:#c0392b;text-anchor:end}
 .down{font-size:12px;fill:#566173;text-anchor:middle;font-weight:600}
+.f-redone{pointer-events:none}
+.f-resumed{fill:#fff;stroke:#1d2430;stroke-width:1.3}
+.f-restarted{fill:none;stroke:#1d2430;stroke-width:1.8}
 """
 
 _OUTCOME_CSS = "".join(f".o-{o}{{fill:{c}}}" for o, c in COLOURS.items())
@@ -84,6 +91,29 @@ _MARKER_LEGEND = (
     ),
     ('<rect width="14" height="14" fill="#dfe3e9"/>', "downtime"),
 )
+# What a stop did, drawn over a bar: (swatch, what the mark is).
+_FATE_LEGEND = {
+    "resumed": (
+        '<rect y="3" width="14" height="8" fill="{unended}"/>'
+        '<path d="M7,2.5l6,4.5l-6,4.5z" class="f-resumed"/>',
+        "in flight at a stop, resumed by the next run (the same triangle starts its try there)",
+    ),
+    "restarted": (
+        '<rect y="3" width="14" height="8" fill="{unended}"/>'
+        '<path d="M8,3.5l6,6m0,-6l-6,6" class="f-restarted"/>',
+        "in flight at a stop, started over by the next run",
+    ),
+    "redone": (
+        '<rect y="3" width="14" height="8" fill="{sealed}"/>'
+        '<rect y="3" width="14" height="8" fill="url(#redo)"/>',
+        "sealed after the restored state was captured, so done again",
+    ),
+}
+_REDO_DEFS = (
+    '<defs><pattern id="redo" width="5" height="5" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="5" stroke="#fff" '
+    'stroke-width="2" stroke-opacity="0.8"/></pattern></defs>'
+)
 _KEY_FIGURES = frozenset({"downtime_s", "lost_s", "lost_steps"})
 
 
@@ -101,12 +131,14 @@ def html_of(tl: Timeline, *, title: str = "rollout_trace timeline") -> str:
     """The page of an already built ``Timeline``."""
     chart = draw_chart(tl)
     counts: Counter[str] = Counter(a.outcome for r in tl.runs for a in r.attempts)
+    fates: Counter[str] = Counter(a.fate for r in tl.runs for a in r.attempts if a.fate)
     try:
         origin = dt.datetime.fromtimestamp(tl.t0, tz=dt.timezone.utc).strftime(
             "%Y-%m-%d %H:%M:%S UTC"
         )
     except (OverflowError, ValueError, OSError):  # milliseconds, or no date at all
-        origin = f"{tl.t0:.3f} (not a date)"
+        shown = f"{tl.t0:.3f}" if abs(tl.t0) < 1e15 else f"{tl.t0:.6g}"
+        origin = f"{shown} (not a date)"
     stops = len(tl.stops)
     meta = (
         f"{len(tl.runs)} run(s) · {tl.attempt_count:,} attempts · {stops} stop(s) · "
@@ -124,7 +156,7 @@ def html_of(tl: Timeline, *, title: str = "rollout_trace timeline") -> str:
         f"<h1>{escape(title)}</h1>",
         f'<p class="meta">{escape(meta)}</p>',
         f'<p class="note" id="shown">{escape(_note(tl, chart))}</p>',
-        _legend(counts),
+        _legend(counts, fates),
         '<div class="wrap"><div class="chart">',
         chart.svg,
         "</div><aside>",
@@ -156,28 +188,56 @@ def _note(tl: Timeline, chart: Chart) -> str:
     return note
 
 
-def _legend(counts: Counter[str]) -> str:
-    out = ['<div class="legend">']
+def _legend(counts: Counter[str], fates: Counter[str]) -> str:
+    # Outcomes count tries; the marks of a stop count siblings under the names
+    # of the figures that count them, so a word means one thing on the page.
+    out = ['<div class="legends"><div class="legend"><b>tries, by how they ended:</b>']
     for outcome in OUTCOMES:
-        label = "in flight at stop" if outcome == "in_flight" else outcome.replace("_", " ")
         out.append(
-            f'<span><i class="sw" style="background:{COLOURS[outcome]}"></i>'
-            f"{label} {counts.get(outcome, 0):,}</span>"
+            f'<span title="{escape(_OUTCOME_MEANING[outcome])}"><i class="sw" '
+            f'style="background:{COLOURS[outcome]}"></i>'
+            f'<span class="k">{OUTCOME_LABELS[outcome]}</span> '
+            f'<span class="n">{counts.get(outcome, 0):,}</span></span>'
         )
+    out.append(
+        '</div><div class="legend"><b>what a stop did (siblings, as its figures count them):</b>'
+    )
+    for fate in FATES:
+        svg, meaning = _FATE_LEGEND[fate]
+        swatch = svg.format(**COLOURS)
+        out.append(
+            f'<span title="{escape(meaning)}"><svg viewBox="0 0 14 14">{_REDO_DEFS}{swatch}</svg>'
+            f'<span class="k">{fate}</span> <span class="n">{fates.get(fate, 0):,}</span></span>'
+        )
+    out.append('</div><div class="legend"><b>marks:</b>')
     for svg, label in _MARKER_LEGEND:
         out.append(f'<span><svg viewBox="0 0 14 14">{svg}</svg>{label}</span>')
-    out.append("</div>")
+    out.append("</div></div>")
     return "".join(out)
 
 
-def _value(stop: StopCost, figure: str, t0: float) -> str:
-    v = getattr(stop, figure)
+_OUTCOME_MEANING = {
+    "sealed": "attempt_sealed: the try's result was kept",
+    "failed": "attempt_abandoned, reason failed: the try raised",
+    "dropped": "attempt_abandoned, reason dropped: thrown away (e.g. stale)",
+    "cancelled": "attempt_abandoned, reason cancelled: stopped on purpose",
+    "refused": "attempt_refused",
+    "abandoned_restart": "attempt_abandoned, reason restart: a restored run found the try "
+    "interrupted and starts it over (the restarted figure counts siblings in flight at a stop)",
+    "whole_group": "attempt_abandoned, reason whole_group: taken down with its group",
+    "unended": "no attempt_sealed, attempt_refused or attempt_abandoned in its run: "
+    "running at the run's last event",
+}
+
+
+def _value(v: object, figure: str, t0: float) -> str:
     if v is None:
         return "n/a"
     if figure in ("stop_time", "captured_at"):
-        return f"at {fmt_rel(v - t0)}"
+        return f"at {fmt_rel(float(v) - t0)}"  # type: ignore[arg-type]
     if isinstance(v, int):
         return f"{v:,}"
+    assert isinstance(v, float)
     return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.1f}"
 
 
@@ -188,24 +248,29 @@ def _cards(tl: Timeline) -> str:
             "a restore, so there is no restore cost to show.</p></div>"
         )
     out = []
-    index = {r.run_id: r.index + 1 for r in tl.runs}
     for i, stop in enumerate(tl.stops, 1):
-        a, b = index.get(stop.stopped_run, "?"), index.get(stop.restored_run, "?")
+        a = tl.run_number(stop.stopped_run) or "?"
+        b = tl.run_number(stop.restored_run) or "?"
+        figures, reasons = stop_figures(stop)
         out.append(
-            f'<div class="card"><h2>stop {i}: run {a} → run {b}</h2>'
+            f'<div class="card" id="stop-{i}"><h2>stop {i}: run {a} → run {b}</h2>'
             f"<p>run {b} restored <b>{escape(stop.restore_path)}</b> (step "
             f"{stop.restored_step})</p><table>"
         )
         for figure, (unit, what) in FIGURE_ROWS.items():
-            value = _value(stop, figure, tl.t0)
-            why = stop.reasons.get(figure)
-            tip = escape(f"n/a: {why}" if why else what)
+            value = _value(figures.get(figure), figure, tl.t0)
+            why = reasons.get(figure)
             cls = ' class="key"' if figure in _KEY_FIGURES else ""
             vcls = "v na" if why else "v"
             unit_text = "" if figure in ("stop_time", "captured_at") else unit
             out.append(
-                f'<tr{cls} title="{tip}"><td>{figure}</td><td class="{vcls}">{escape(value)}</td>'
+                f'<tr{cls} title="{escape(what)}"><td>{figure}</td>'
+                f'<td class="{vcls}">{escape(value)}</td>'
                 f'<td class="u">{escape(unit_text)}</td></tr>'
             )
+            if why:
+                # In the card's text, not only in a hover title: a reader
+                # should not have to find out that there is one.
+                out.append(f'<tr class="why"><td colspan="3">n/a: {escape(why)}</td></tr>')
         out.append("</table></div>")
     return "".join(out)

@@ -143,32 +143,14 @@ def _attempts(doc: dict[str, Any]) -> dict[tuple[int, object, int], dict[str, An
         (1, 1, 2, "dropped", "generic_work", 1.5, 4.0, {"reason": "dropped"}),
         (1, 1, 3, "cancelled", "yellow", 1.5, 4.5, {"reason": "cancelled"}),
         (1, 1, 4, "refused", "olive", 1.5, 5.0, {"reason": "stale"}),
-        (1, 1, 5, "whole_group", "detailed_memory_dump", 1.5, 5.5, {"reason": "whole_group"}),
-        # open at the stop (A's last event, +20 s); B resumed (2, 0) and restarted (2, 1)
-        (
-            1,
-            2,
-            0,
-            "in flight at stop",
-            "thread_state_runnable",
-            10.0,
-            10.0,
-            {"after_stop": "resumed"},
-        ),
-        (
-            1,
-            2,
-            1,
-            "in flight at stop",
-            "thread_state_runnable",
-            11.0,
-            9.0,
-            {"after_stop": "restart"},
-        ),
+        (1, 1, 5, "whole group", "detailed_memory_dump", 1.5, 5.5, {"reason": "whole_group"}),
+        # no end in A (open at its last event, +20 s): B resumed (2, 0) and restarted (2, 1)
+        (1, 2, 0, "unended", "thread_state_runnable", 10.0, 10.0, {"after_stop": "resumed by"}),
+        (1, 2, 1, "unended", "thread_state_runnable", 11.0, 9.0, {"after_stop": "restarted by"}),
         # B: the resume starts the attempt at +35 s; it seals at +38 s
         (2, 2, 0, "sealed", "good", 35.0, 3.0, {"resumed_from_turn": 1}),
-        # B restarts a try A started: no length, and says so
-        (2, 2, 1, "restarted", "thread_state_iowait", 35.0, 0.0, {"started": "earlier run"}),
+        # B abandons for restart a try A started: no length, and says so
+        (2, 2, 1, "abandoned: restart", "thread_state_iowait", 35.0, 0.0, {"started": "earlier"}),
     ],
 )
 def test_attempt_is_a_complete_event_by_outcome(
@@ -250,7 +232,7 @@ def test_example_trace_set(tmp_path: Path) -> None:
     attempts = [e for e in events if e.get("cat") == "attempt"]
     dispatched = sum(isinstance(e, rt.AttemptDispatched) for e in rt.read(EXAMPLE))
     assert len(attempts) >= dispatched
-    assert {e["name"] for e in attempts} >= {"sealed", "failed", "in flight at stop"}
+    assert {e["name"] for e in attempts} >= {"sealed", "failed", "unended"}
 
 
 # --- the command line ----------------------------------------------------------
@@ -335,3 +317,24 @@ def test_100k_attempts_html_stays_small(big_trace: Path, tmp_path: Path) -> None
     page = out.read_text()
     assert len(page.encode()) < 3_000_000
     assert "are merged per pixel column" in page and "has every attempt" in page
+
+
+def test_a_stop_of_an_unknown_run_keeps_its_figures_in_the_document() -> None:
+    # A run that begins with a restore and no run before it: the stopped run
+    # is not in the set, so the stop's figures go where the restore begins.
+    events = make_run(
+        2,
+        110.0,
+        [
+            (111.0, rt.RestoreStarted(path="/x", step=1)),
+            (112.5, rt.RestoreFinished(step=1, unfinished_groups=[])),
+        ],
+        closed=113.0,
+    )
+    [stop] = rt.restore_costs(events)
+    assert stop.stopped_run is None
+    doc = rt.timeline_document(events)
+    [mark] = [e for e in doc["traceEvents"] if e["name"] == "stop 1"]
+    assert (mark["pid"], mark["ts"]) == (1, 1e6)  # run 2's restore, 1 s after its start
+    assert mark["args"]["restore_s"] == 1.5 and "downtime_s" in mark["args"]["reasons"]
+    assert "stop 1: run ? → run 1" in rt.timeline_html(events)

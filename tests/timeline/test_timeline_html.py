@@ -112,7 +112,7 @@ def test_screenshot_is_not_blank(tmp_path: Path) -> None:
     chart = (180, 140, 1060, 700)  # the chart, right of the run labels
     assert _count(png, chart, None) > 20_000  # drawn, not an empty page
     assert _count(png, chart, COLOURS["sealed"]) > 5_000  # sealed bars
-    assert _count(png, chart, COLOURS["in_flight"]) > 200  # tries open at the stop
+    assert _count(png, chart, COLOURS["unended"]) > 200  # tries open at the stop
     # And the count can fail: an empty trace set draws no bars.
     empty = tmp_path / "e.html"
     empty.write_text(rt.timeline_html([]))

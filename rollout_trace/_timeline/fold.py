@@ -1,0 +1,498 @@
+"""Events, a block at a time, into a ``model.Timeline``: the events themselves are never kept.
+
+``TimelineFold.add`` takes blocks of events as the reader gives them (any
+order of files, runs and lines) and feeds each block to the restore-cost
+analysis (``CostAnalysis``) and to a fold per run that keeps only what is
+drawn: one ``Attempt`` record per try, a ``Mark`` per step, weight sync,
+checkpoint, snapshot, group event and lifecycle event, the restores, and at
+most ``OTHER_PER_RUN`` events of kinds this timeline does not know (those with
+the lowest seq). ``timeline`` then resolves what needs the whole run: an
+attempt's start and end are matched by seq, so the result is the same whatever
+order the lines came in (a trace set is a set), and a line read twice (the
+same run in two files) counts once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import sys
+from collections.abc import Iterable
+from typing import Any, Union
+
+from .._analysis.cost import CostAnalysis, gc_paused
+from .._schema.decoding import AnyEvent, UnknownEvent
+from .._schema.events import (
+    AttemptAbandoned,
+    AttemptDispatched,
+    AttemptRefused,
+    AttemptResumed,
+    AttemptSealed,
+    GroupAdmitted,
+    GroupDiscarded,
+    GroupReserved,
+    GroupSealed,
+    RestoreFinished,
+    RestoreStarted,
+    SnapshotPublished,
+    StepTrained,
+    TraceClosed,
+    TraceOpened,
+    TrainerCheckpointPublished,
+    WeightsSynced,
+)
+from .fates import mark_fates
+from .model import OUTCOMES, Attempt, Mark, Restore, RunLine, Timeline, pack_lanes
+
+__all__ = ["OTHER_PER_RUN", "TimelineFold", "build_timeline"]
+
+# Events of kinds the timeline does not know (a user's own, or unknown to this
+# process) are drawn up to this many per run: they can be most of a trace
+# (metrics sampled per token), and keeping them all would keep the trace.
+OTHER_PER_RUN = 1000
+# Events per block when ``build_timeline`` is handed a plain iterable.
+_BLOCK = 1024
+
+_DISPATCHED, _RESUMED, _SEALED, _REFUSED, _ABANDONED = range(5)
+_ATTEMPT_CODE: dict[type[Any], int] = {
+    AttemptDispatched: _DISPATCHED,
+    AttemptResumed: _RESUMED,
+    AttemptSealed: _SEALED,
+    AttemptRefused: _REFUSED,
+    AttemptAbandoned: _ABANDONED,
+}
+_GROUP_KEYS: dict[type[Any], tuple[str, ...]] = {
+    GroupReserved: ("group_id", "prompt_id", "size", "weight_version", "target_step"),
+    GroupAdmitted: ("group_id", "prompt_id"),
+    GroupSealed: ("group_id", "prompt_id"),
+    GroupDiscarded: ("group_id", "prompt_id", "reason"),
+}
+_GROUP_NAME = {cls: str(cls.__struct_config__.tag).replace("_", " ") for cls in _GROUP_KEYS}
+_ENVELOPE = frozenset({"time", "run_id", "seq"})
+
+# An attempt event of a tangled try, kept until the run is whole:
+# (seq, code, time, group_id, weight_version / turn / reason).
+_Item = tuple[int, int, float, str, Union[int, str, None]]  # noqa: UP007
+_Key = tuple[Union[int, str], int, int]  # noqa: UP007
+
+
+def _ending(code: int, reason: str | None) -> str:
+    if code == _SEALED:
+        return "sealed"
+    if code == _REFUSED:
+        return "refused"
+    if reason == "restart":
+        return "abandoned_restart"
+    # A reason outside the schema's list can only come from events built in
+    # Python, unchecked; it is drawn as dropped and keeps its reason.
+    return reason if reason in OUTCOMES else "dropped"
+
+
+class _Run:
+    """What one run draws, folded from its events in any order."""
+
+    __slots__ = (
+        "first_seq",
+        "first_seq_time",
+        "first_time",
+        "last_seq",
+        "last_time",
+        "marks",
+        "max_time",
+        "names",
+        "others",
+        "others_cut",
+        "others_heap",
+        "restore_items",
+        "run_id",
+        "tangled",
+        "tries",
+    )
+
+    def __init__(self, run_id: str, t: float) -> None:
+        self.run_id = run_id
+        self.first_time = t
+        self.max_time = t
+        self.last_seq = -sys.maxsize
+        self.last_time = t
+        self.first_seq = sys.maxsize
+        self.first_seq_time = t
+        # One record per try while it has at most one start before one end;
+        # a try with more (an attempt number used twice in a run, a line
+        # read twice with a changed time) moves to `tangled` as items.
+        self.tries: dict[_Key, Attempt] = {}
+        self.tangled: dict[_Key, list[_Item]] = {}
+        self.marks: list[Mark] = []
+        self.others: dict[int, Mark] = {}
+        self.others_heap: list[int] = []  # the kept others' seqs, negated
+        self.others_cut = False
+        self.restore_items: list[tuple[int, int, float, str, int]] = []
+        # One string object per group id and reason, not one per event.
+        self.names: dict[str, str] = {}
+
+    # --- attempts --------------------------------------------------------------
+
+    def attempt(self, code: int, ev: Any) -> None:
+        key: _Key = (ev.prompt_id, ev.generation_index, ev.attempt)
+        rec = self.tries.get(key)
+        if rec is None:
+            items = self.tangled.get(key)
+            if items is not None:
+                items.append(self._item(code, ev))
+            else:
+                self.tries[key] = self._record(code, ev, key)
+            return
+        seq = ev.seq
+        if code <= _RESUMED:
+            if rec.started and rec.start_seq == seq:
+                return  # the same line again
+            if not rec.started and seq < rec.end_seq:
+                # The start of a try whose end came first.
+                self._set_start(rec, code, ev)
+                return
+        else:
+            if rec.end_seq == seq:
+                return
+            if rec.end_seq < 0 and seq > rec.start_seq:
+                self._set_end(rec, code, ev)
+                return
+        del self.tries[key]
+        self.tangled[key] = [*self._items_of(rec), self._item(code, ev)]
+
+    def _name(self, s: str) -> str:
+        return self.names.setdefault(s, s)
+
+    def _record(self, code: int, ev: Any, key: _Key) -> Attempt:
+        t = ev.time
+        a = Attempt(t, t, "unended", self._name(ev.group_id), *key)
+        if code <= _RESUMED:
+            self._set_start(a, code, ev)
+        else:
+            a.started = False
+            self._set_end(a, code, ev)
+        return a
+
+    def _set_start(self, a: Attempt, code: int, ev: Any) -> None:
+        a.start = ev.time
+        a.started = True
+        a.start_seq = ev.seq
+        a.group_id = self._name(ev.group_id)
+        if code == _DISPATCHED:
+            a.weight_version = ev.weight_version
+        else:
+            a.resumed_turn = ev.turn
+
+    def _set_end(self, a: Attempt, code: int, ev: Any) -> None:
+        reason = None if code == _SEALED else self._name(ev.reason)
+        a.end = ev.time
+        a.outcome = _ending(code, reason)
+        a.reason = reason
+        a.end_seq = ev.seq
+
+    def _item(self, code: int, ev: Any) -> _Item:
+        if code == _DISPATCHED:
+            extra: int | str | None = ev.weight_version
+        elif code == _RESUMED:
+            extra = ev.turn
+        elif code == _SEALED:
+            extra = None
+        else:
+            extra = self._name(ev.reason)
+        return (ev.seq, code, ev.time, self._name(ev.group_id), extra)
+
+    @staticmethod
+    def _items_of(a: Attempt) -> list[_Item]:
+        """The events a record was folded from, as items again."""
+        out: list[_Item] = []
+        if a.started:
+            if a.resumed_turn is not None:
+                out.append((a.start_seq, _RESUMED, a.start, a.group_id, a.resumed_turn))
+            else:
+                out.append((a.start_seq, _DISPATCHED, a.start, a.group_id, a.weight_version))
+        if a.end_seq >= 0:
+            code = {"sealed": _SEALED, "refused": _REFUSED}.get(a.outcome, _ABANDONED)
+            out.append((a.end_seq, code, a.end, a.group_id, a.reason))
+        return out
+
+    def _untangle(self, key: _Key, items: list[_Item]) -> list[Attempt]:
+        """A tangled try's events, in seq order, as the attempts they make."""
+        items.sort(key=lambda it: (it[0], it[1]))
+        out: list[Attempt] = []
+        open_: Attempt | None = None
+        for seq, group in itertools.groupby(items, key=lambda it: it[0]):
+            _, code, t, gid, extra = next(group)  # a seq seen twice counts once
+            if code <= _RESUMED:
+                if open_ is not None:
+                    # Started again with no end between: it ran until then.
+                    open_.end = t
+                open_ = Attempt(t, t, "unended", gid, *key, start_seq=seq)
+                if code == _DISPATCHED:
+                    open_.weight_version = extra  # type: ignore[assignment]
+                else:
+                    open_.resumed_turn = extra  # type: ignore[assignment]
+                out.append(open_)
+                continue
+            reason = extra if isinstance(extra, str) else None
+            outcome = _ending(code, reason)
+            if open_ is None:
+                out.append(
+                    Attempt(t, t, outcome, gid, *key, reason=reason, started=False, end_seq=seq)
+                )
+            else:
+                open_.end = t
+                open_.outcome, open_.reason, open_.end_seq = outcome, reason, seq
+                open_ = None
+        if open_ is not None:
+            open_.end = max(self.last_time, open_.start)
+        return out
+
+    # --- everything else -------------------------------------------------------
+
+    def other(self, ev: Any) -> None:
+        t, seq = ev.time, ev.seq
+        cls = type(ev)
+        marks = self.marks
+        if cls is StepTrained:
+            marks.append(
+                Mark(
+                    "step",
+                    t,
+                    f"step {ev.step}",
+                    ("step", "groups"),
+                    (ev.step, ev.group_ids),
+                    None,
+                    seq,
+                )
+            )
+        elif cls is WeightsSynced:
+            v = ev.weight_version
+            marks.append(Mark("weights", t, f"weights v{v}", ("weight_version",), (v,), None, seq))
+        elif cls in _GROUP_KEYS:
+            keys = _GROUP_KEYS[cls]
+            values = tuple(getattr(ev, k) for k in keys)
+            values = (self._name(values[0]), *values[1:])
+            marks.append(Mark("group", t, _GROUP_NAME[cls], keys, values, None, seq))
+        elif cls is TrainerCheckpointPublished:
+            name = f"checkpoint step {ev.step}"
+            marks.append(
+                Mark("checkpoint", t, name, ("step", "path"), (ev.step, ev.path), None, seq)
+            )
+        elif cls is SnapshotPublished:
+            keys = ("step", "path", "captured_at")
+            values = (ev.step, ev.path, ev.captured_at)
+            name = f"snapshot step {ev.step}"
+            marks.append(Mark("snapshot", t, name, keys, values, ev.captured_at, seq))
+        elif cls is RestoreStarted:
+            self.restore_items.append((seq, 0, t, ev.path, ev.step))
+        elif cls is RestoreFinished:
+            self.restore_items.append((seq, 1, t, "", ev.step))
+        elif cls is TraceOpened:
+            keys = ("host", "pid", "sdk_version", "meta")
+            values = (ev.host, ev.pid, ev.sdk_version, ev.meta)
+            marks.append(Mark("opened", t, "trace opened", keys, values, None, seq))
+        elif cls is TraceClosed:
+            keys = ("emitted", "written", "dropped", "invalid")
+            values = (ev.emitted, ev.written, ev.dropped, ev.invalid)
+            marks.append(Mark("closed", t, "trace closed", keys, values, None, seq))
+        elif isinstance(ev, UnknownEvent):
+            fields = ev.fields
+            self._keep_other(
+                Mark("other", t, ev.event, tuple(fields), tuple(fields.values()), None, seq)
+            )
+        else:
+            # A user's own event class: its fields, as they would be written.
+            keys = tuple(f for f in ev.__struct_fields__ if f not in _ENVELOPE)
+            values = tuple(getattr(ev, f) for f in keys)
+            tag = str(cls.__struct_config__.tag)
+            self._keep_other(Mark("other", t, tag, keys, values, None, seq))
+
+    def _keep_other(self, mark: Mark) -> None:
+        """Keep the ``OTHER_PER_RUN`` lowest seqs: the same ones in any order of arrival."""
+        seq = mark.seq
+        if seq in self.others:
+            return
+        heap = self.others_heap
+        if len(heap) < OTHER_PER_RUN:
+            self.others[seq] = mark
+            heapq.heappush(heap, -seq)
+            return
+        self.others_cut = True
+        if seq < -heap[0]:
+            del self.others[-heapq.heappushpop(heap, -seq)]
+            self.others[seq] = mark
+
+    # --- the whole run ---------------------------------------------------------
+
+    def line(self) -> RunLine:
+        run = RunLine(
+            index=0,
+            run_id=self.run_id,
+            host=None,
+            pid=None,
+            first_time=self.first_time,
+            last_time=self.last_time,
+            closed=False,
+            others_cut=self.others_cut,
+        )
+        attempts: list[Attempt] = []
+        for a in self.tries.values():
+            if a.end_seq < 0:
+                a.end = max(self.last_time, a.start)
+            attempts.append(a)
+        for key, items in self.tangled.items():
+            attempts.extend(self._untangle(key, items))
+        # The records are the attempts now; the index to them can go.
+        self.tries, self.tangled = {}, {}
+        _sort_attempts(attempts)
+        run.attempts = attempts
+        marks = [*self.marks, *self.others.values()]
+        marks.sort(key=lambda m: (m.seq, m.kind, m.name, m.time))
+        run.marks = [next(group) for _, group in itertools.groupby(marks, key=lambda m: m.seq)]
+        for m in run.marks:
+            if m.kind == "opened" and run.host is None:
+                run.host, run.pid = m.values[0], m.values[1]
+            elif m.kind == "closed":
+                run.closed = True
+        run.restores = _restores(self.restore_items)
+        return run
+
+    @property
+    def order(self) -> tuple[float, str]:
+        # Runs are ordered as the cost analysis orders them (README: Reference >
+        # Restore-cost figures): by their trace_opened, else their first event.
+        opened = min(((m.seq, m.time) for m in self.marks if m.kind == "opened"), default=None)
+        return (opened[1] if opened is not None else self.first_seq_time, self.run_id)
+
+
+def _sort_attempts(attempts: list[Attempt]) -> None:
+    """By the seq of each one's first event; ties (lines that share a seq) by their ids."""
+    attempts.sort(key=lambda a: a.start_seq if a.started else a.end_seq)
+    if any(a.seq == b.seq for a, b in itertools.pairwise(attempts)):
+        attempts.sort(
+            key=lambda a: (
+                a.seq,
+                type(a.prompt_id).__name__,
+                str(a.prompt_id),
+                a.generation_index,
+                a.attempt,
+            )
+        )
+
+
+def _restores(items: list[tuple[int, int, float, str, int]]) -> list[Restore]:
+    items.sort(key=lambda it: (it[0], it[1]))
+    out: list[Restore] = []
+    for _, group in itertools.groupby(items, key=lambda it: it[0]):
+        _, finished, t, path, step = next(group)
+        if not finished:
+            out.append(Restore(t, None, path, step))
+            continue
+        for r in out:
+            if r.finished is None:
+                r.finished = t
+                break
+        else:
+            out.append(Restore(t, t, "", step))
+    return out
+
+
+class TimelineFold:
+    """Folds blocks of events (any order, any file layout) into a ``Timeline``.
+
+    Call ``add`` once per block, then ``timeline`` once. Memory grows with
+    what is drawn (attempts, marks), not with the events read.
+    """
+
+    def __init__(self) -> None:
+        self.cost = CostAnalysis()
+        self._runs: dict[str, _Run] = {}
+
+    def add(self, events: Iterable[AnyEvent]) -> None:
+        block: list[Any] = events if isinstance(events, list) else list(events)
+        self.cost.add(block)
+        # The hot loop. A try's first event and the end that follows its
+        # start are most lines of a trace: they are folded inline; the rest
+        # goes through `_Run.attempt` and `_Run.other`.
+        runs = self._runs
+        run: _Run | None = None
+        run_id = None
+        tries: dict[_Key, Attempt] = {}
+        names: dict[str, str] = {}
+        attempt_code = _ATTEMPT_CODE.get
+        for ev in block:
+            if ev.run_id != run_id:
+                run_id = ev.run_id
+                run = runs.get(run_id)
+                if run is None:
+                    run = runs[run_id] = _Run(run_id, ev.time)
+                tries, names = run.tries, run.names
+            assert run is not None
+            t, seq = ev.time, ev.seq
+            if t < run.first_time:
+                run.first_time = t
+            elif t > run.max_time:
+                run.max_time = t
+            if seq >= run.last_seq and (seq > run.last_seq or t > run.last_time):
+                run.last_seq, run.last_time = seq, t
+            if seq <= run.first_seq and (seq < run.first_seq or t < run.first_seq_time):
+                run.first_seq, run.first_seq_time = seq, t
+            code = attempt_code(type(ev))
+            if code is None:
+                run.other(ev)
+                continue
+            key = (ev.prompt_id, ev.generation_index, ev.attempt)
+            rec = tries.get(key)
+            if code == _DISPATCHED and rec is None and key not in run.tangled:
+                gid = ev.group_id
+                tries[key] = Attempt(
+                    t,
+                    t,
+                    "unended",
+                    names.setdefault(gid, gid),
+                    *key,
+                    ev.weight_version,
+                    start_seq=seq,
+                )
+                continue
+            if code == _SEALED and rec is not None and rec.end_seq < 0 and seq > rec.start_seq:
+                rec.end = t
+                rec.outcome = "sealed"
+                rec.end_seq = seq
+                continue
+            run.attempt(code, ev)
+
+    def timeline(self) -> Timeline:
+        """The timeline of everything added; the fold lets go of its state."""
+        stops = self.cost.stops()
+        notes = [str(n) for n in self.cost.notes]
+        self.cost = CostAnalysis()
+        folds = sorted(self._runs.values(), key=lambda r: r.order)
+        runs = [f.line() for f in folds]
+        for i, run in enumerate(runs):
+            run.index = i
+            run.lanes = pack_lanes(run.attempts)
+        self._runs = {}
+        mark_fates(runs, stops)
+        times = [f.first_time for f in folds] + [f.max_time for f in folds]
+        times += [m.captured_at for r in runs for m in r.marks if m.captured_at is not None]
+        return Timeline(
+            runs=runs,
+            stops=stops,
+            t0=min(times, default=0.0),
+            t1=max(times, default=0.0),
+            notes=notes,
+        )
+
+
+def build_timeline(events: Iterable[AnyEvent]) -> Timeline:
+    """Fold a trace set's events (any order, any file layout) into a ``Timeline``.
+
+    ``events`` is read once, a block at a time: a generator over a large trace
+    set is folded without holding it.
+    """
+    fold = TimelineFold()
+    it = iter(events)
+    with gc_paused():
+        while block := list(itertools.islice(it, _BLOCK)):
+            fold.add(block)
+        return fold.timeline()

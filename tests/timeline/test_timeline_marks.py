@@ -1,0 +1,287 @@
+"""What the HTML timeline says: words of one meaning, what a stop did, labels apart, reasons."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+import timeline_data as td
+from headless import CHROMIUM, Page
+from scenario import disp, make_run, restore, seal, step
+
+import rollout_trace as rt
+from rollout_trace._analysis.figures import FIGURES
+
+EXAMPLE = Path(__file__).parents[1] / "data" / "example"
+
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("CI"),
+    reason="Chromium is not installed (apt-get install chromium)",
+)
+
+
+class _Legend(HTMLParser):
+    """Each legend entry's text, e.g. ``sealed 39``: a span directly in a ``legend`` div."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: list[str] = []
+        self._stack: list[str] = []  # "legend", "entry" or "" per open element
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("i", "path", "rect", "circle", "line", "br"):
+            return  # void in this page (or closed at once)
+        classes = (dict(attrs).get("class") or "").split()
+        if tag == "div" and "legend" in classes:
+            kind = "legend"
+        elif tag == "span" and self._stack and self._stack[-1] == "legend":
+            kind = "entry"
+            self._text = []
+        else:
+            kind = ""
+        self._stack.append(kind)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("i", "path", "rect", "circle", "line", "br") or not self._stack:
+            return
+        if self._stack.pop() == "entry":
+            self.entries.append(" ".join("".join(self._text).split()))
+
+    def handle_data(self, data: str) -> None:
+        if "entry" in self._stack:
+            self._text.append(data)
+
+
+def _legend(page: str) -> dict[str, int]:
+    """Legend entries that carry a count, label -> count."""
+    parser = _Legend()
+    parser.feed(page)
+    out = {}
+    for entry in parser.entries:
+        m = re.fullmatch(r"(.+?) ([\d,]+)", entry)
+        if m:
+            out[m.group(1)] = int(m.group(2).replace(",", ""))
+    return out
+
+
+@pytest.fixture(scope="module")
+def example_page() -> str:
+    return rt.timeline_html(rt.read(EXAMPLE))
+
+
+@pytest.fixture(scope="module")
+def example_stop() -> Any:
+    [stop] = rt.restore_costs(rt.read(EXAMPLE))
+    return stop
+
+
+def test_a_legend_word_that_names_a_figure_counts_what_the_figure_counts(
+    example_page: str, example_stop: Any
+) -> None:
+    # The example's run B reports a try that had already failed as a restart
+    # too: two abandoned-for-restart tries, one restarted sibling.
+    legend = _legend(example_page)
+    assert len(legend) >= 8  # the outcomes are there, with their counts
+    named = {f: f for f in FIGURES} | {f.replace("_", " "): f for f in FIGURES}
+    shown = {label: named[label] for label in legend if label in named}
+    assert set(shown.values()) == {"resumed", "restarted", "redone"}
+    for label, figure in shown.items():
+        assert legend[label] == getattr(example_stop, figure), label
+    # And the outcome counts add up to the attempts.
+    attempts = sum(n for label, n in legend.items() if label not in named)
+    assert f"{attempts} attempts" in example_page
+
+
+def _svg_titles(page: str, cls: str) -> list[str]:
+    """The hover titles of the shapes of class ``cls``."""
+    return re.findall(rf'class="{cls}"><title>([^<]*)</title>', page)
+
+
+def test_what_the_stop_did_is_marked_on_the_bars(example_page: str, example_stop: Any) -> None:
+    redone = example_page.count('class="f-redone"')
+    assert redone == example_stop.redone == 13
+    glyphs = _svg_titles(example_page, "f-resumed") + _svg_titles(example_page, "f-restarted")
+    ends = [t for t in glyphs if "at stop 1" in t]
+    assert sum(t.startswith("resumed by run 2") for t in ends) == example_stop.resumed == 1
+    assert sum(t.startswith("restarted by run 2") for t in ends) == example_stop.restarted == 1
+    resumes = sum(isinstance(e, rt.AttemptResumed) for e in rt.read(EXAMPLE))
+    assert sum(t.startswith("started by attempt_resumed") for t in glyphs) == resumes > 0
+
+
+def test_the_document_says_the_same_per_attempt(example_stop: Any) -> None:
+    doc = rt.timeline_document(rt.read(EXAMPLE))
+    args = [e["args"] for e in doc["traceEvents"] if e.get("cat") == "attempt"]
+    assert sum("redone" in a for a in args) == example_stop.redone
+    fates = [a["after_stop"].split(" by ")[0] for a in args if "after_stop" in a]
+    assert fates.count("resumed") == example_stop.resumed
+    assert fates.count("restarted") == example_stop.restarted
+
+
+def test_merged_runs_mark_it_too() -> None:
+    # Too many attempts to draw one by one: the marks are still drawn.
+    events = td.many_attempts(12_000)
+    page = rt.timeline_html(events)
+    [stop] = rt.restore_costs(events)
+    assert "merged per pixel column" in page
+    assert page.count('class="f-redone"') > 0 and stop.redone
+    legend = _legend(page)
+    assert (legend["resumed"], legend["restarted"], legend["redone"]) == (
+        stop.resumed,
+        stop.restarted,
+        stop.redone,
+    )
+    ends = [t for t in _svg_titles(page, "f-resumed") if t.startswith("resumed by")]
+    assert len(ends) == stop.resumed
+    assert len(_svg_titles(page, "f-restarted")) == stop.restarted
+
+
+# --- labels ---------------------------------------------------------------------------
+
+
+def _css(page: str) -> dict[str, dict[str, str]]:
+    """The page's CSS rules for single classes: class -> property -> value."""
+    rules: dict[str, dict[str, str]] = {}
+    for names, body in re.findall(r"([.\w,-]+)\{([^}]*)\}", page):
+        for name in names.split(","):
+            if name.startswith(".") and name[1:].replace("-", "").isalnum():
+                props = dict(p.split(":", 1) for p in body.split(";") if ":" in p)
+                rules.setdefault(name[1:], {}).update(props)
+    return rules
+
+
+def _label_boxes(page: str) -> list[tuple[str, float, float, float, float]]:
+    """Each SVG text's box, estimated small: a box that meets another is an overprint.
+
+    0.5 em per character and 0.7 em of height are less than any sans-serif
+    font takes, so two boxes that meet here overlap on every screen.
+    """
+    css = _css(page)
+    out = []
+    for attrs, text in re.findall(r"<text ([^>]*)>([^<]*)</text>", page):
+        a = dict(re.findall(r'([\w-]+)="([^"]*)"', attrs))
+        rule = css.get(a.get("class", ""), {})
+        size = float(rule.get("font-size", "16px").removesuffix("px"))
+        anchor = a.get("text-anchor", rule.get("text-anchor", "start"))
+        x, y = float(a["x"]), float(a["y"])
+        width = 0.5 * size * len(text)
+        left = {"middle": x - width / 2, "end": x - width}.get(anchor, x)
+        out.append((text, left, y - 0.7 * size, left + width, y))
+    return out
+
+
+def _overlaps(
+    boxes: list[tuple[str, float, float, float, float]],
+) -> Iterator[tuple[str, str]]:
+    for i, (ta, l1, t1, r1, b1) in enumerate(boxes):
+        for tb, l2, t2, r2, b2 in boxes[i + 1 :]:
+            if l1 < r2 and l2 < r1 and t1 < b2 and t2 < b1:
+                yield ta, tb
+
+
+PAGES = {
+    # steps half a second apart, a step where the stop's label goes, a restore
+    "crowded": td.crowded,
+    # the shipped example
+    "example": lambda: list(rt.read(EXAMPLE)),
+    # every kind of event and outcome
+    "every-kind": td.every_kind,
+    # too many to draw apart, steps every few minutes
+    "many": lambda: td.many_attempts(12_000),
+}
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_no_label_overprints_another(name: str) -> None:
+    boxes = _label_boxes(rt.timeline_html(PAGES[name]()))
+    assert len(boxes) > 10
+    assert list(_overlaps(boxes)) == []
+
+
+def test_the_crowded_page_keeps_the_labels_that_fit() -> None:
+    texts = [b[0] for b in _label_boxes(rt.timeline_html(td.crowded()))]
+    assert "stop 1" in texts and "restore 27.0 s" in texts
+    # Every other step of the twelve close ones, and the ones apart.
+    steps = [t for t in texts if t.isdigit()]
+    assert {"1", "12", "20"} <= set(steps) and 5 <= len(steps) < 12 + 2 + 1 + 5
+
+
+def test_the_check_finds_an_overprint() -> None:
+    # The check above is only worth what it can find: two step numbers drawn
+    # 4 px apart, as the page drew "10" and "11" before.
+    page = rt.timeline_html(td.crowded())
+    bad = page.replace(
+        "</svg>",
+        '<text x="300" y="50" class="steplab">10</text>'
+        '<text x="304" y="50" class="steplab">11</text></svg>',
+    )
+    assert ("10", "11") in list(_overlaps(_label_boxes(bad)))
+
+
+@pytest.fixture
+def browser() -> Iterator[Page]:
+    page = Page()
+    yield page
+    page.close()
+
+
+@needs_chromium
+def test_no_label_overprints_another_in_a_browser(browser: Page, tmp_path: Path) -> None:
+    # The boxes Chromium lays the text out in, not an estimate.
+    for name in ("crowded", "example"):
+        page = tmp_path / f"{name}.html"
+        page.write_text(rt.timeline_html(PAGES[name]()))
+        browser.load(page)
+        boxes = json.loads(
+            browser.evaluate(
+                "JSON.stringify([...document.querySelectorAll('svg text')].map(t => {"
+                "const r = t.getBoundingClientRect();"
+                "return [t.textContent, r.left + 0.5, r.top + 0.5, r.right - 0.5, r.bottom - 0.5]"
+                "}))"
+            )
+        )
+        assert len(boxes) > 10
+        assert list(_overlaps([tuple(b) for b in boxes])) == [], name  # type: ignore[misc]
+
+
+# --- reasons --------------------------------------------------------------------------
+
+
+class _Visible(HTMLParser):
+    """The text a reader sees without hovering: no attributes, no SVG titles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self._in_title = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._in_title += tag == "title"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_title -= tag == "title"
+
+    def handle_data(self, data: str) -> None:
+        if not self._in_title:
+            self.parts.append(data)
+
+
+def test_why_a_figure_is_na_is_on_the_card_not_only_in_a_title() -> None:
+    # B restores a path A never published and never finishes its restore.
+    events = [
+        *make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0)), (103.0, step(1))]),
+        *make_run(2, 110.0, [(111.0, restore("/never-published", 1))], closed=112.0),
+    ]
+    [stop] = rt.restore_costs(events)
+    assert {"captured_at", "restore_s"} <= set(stop.reasons)
+    seen = _Visible()
+    seen.feed(rt.timeline_html(events))
+    text = " ".join(seen.parts)
+    for figure, why in stop.reasons.items():
+        assert f"n/a: {why}" in text, figure
