@@ -6,7 +6,9 @@ Events come in from ``_reading`` (real classes, or ``lean`` ones for speed).
 and pairs every run that begins with a restore with the run before it;
 ``figures`` turns such a pair into a ``StopCost`` and holds the table of
 figures (``FIGURES``, ``FIGURE_ROWS``) that the command line and the timeline
-show. ``runstats`` keeps per-run counts, seqs and times for ``summary`` and
-``validate``; ``validate`` checks every line and run against the README's
-Reference and gives ``Finding``s.
+show. ``seqs`` keeps the seqs of a run as ranges (``SeqSet``), for the fold
+and for ``runstats``, which keeps per-run counts and times for ``summary`` and
+``validate``; ``protocol`` holds the rules a controller's events follow, per
+event and per sibling; ``validate`` checks every line and run against the
+README's Reference and gives ``Finding``s.
 """

@@ -79,8 +79,7 @@ class CostAnalysis:
                 last = None
                 # The short path takes an event that extends the highest
                 # range: one later than every event of the run so far.
-                ends = run.seqs.ends
-                nxt = ends[-1] if ends else None
+                nxt = run.seqs.tail
                 need_first_rollout = run.first_rollout is None
                 continue
             nxt = seq + 1
@@ -167,7 +166,7 @@ def _store(run: RunFold, nxt: int | None, last: Any) -> None:
     run.invalidate()
     if nxt is None:
         return
-    run.seqs.ends[-1] = nxt
+    run.seqs.extend_tail(nxt)
     if last is not None:
         run.last = First(last.seq, last)
 

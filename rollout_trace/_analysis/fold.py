@@ -18,7 +18,6 @@ checkpoints; and the siblings resumed. Never the events themselves.
 
 from __future__ import annotations
 
-import bisect
 import math
 from array import array
 from typing import Any, NamedTuple, Union
@@ -51,6 +50,7 @@ from .._schema.events import (
     TrainerCheckpointPublished,
     WeightsSynced,
 )
+from .seqs import SeqSet
 
 __all__ = [
     "FAST_KIND",
@@ -59,7 +59,6 @@ __all__ = [
     "SEQ_LIMIT",
     "First",
     "RunFold",
-    "SeqRanges",
     "SiblingKey",
     "Siblings",
 ]
@@ -97,79 +96,6 @@ ROLLOUT: frozenset[type[Any]] = frozenset(
         *(cls for tag, cls in LEAN.items() if tag not in LIFECYCLE_EVENTS),
     }
 )
-
-
-class SeqRanges:
-    """The seqs seen in one run, as sorted, disjoint ``[start, end)`` ranges.
-
-    Events that arrive in seq order extend the last range; a gap (a dropped
-    event) or a stretch that arrives early opens another, which joins its
-    neighbours once the seqs between them come. Memory is one range per gap.
-    """
-
-    __slots__ = ("ends", "starts")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def add(self, seq: int) -> bool:
-        """Record ``seq``; False when it was seen before."""
-        starts, ends = self.starts, self.ends
-        if ends and ends[-1] == seq:
-            ends[-1] = seq + 1
-            return True
-        i = bisect.bisect_right(starts, seq) - 1
-        if i >= 0 and seq < ends[i]:
-            return False
-        joins_left = i >= 0 and ends[i] == seq
-        joins_right = i + 1 < len(starts) and starts[i + 1] == seq + 1
-        if joins_left and joins_right:
-            ends[i] = ends[i + 1]
-            del starts[i + 1], ends[i + 1]
-        elif joins_left:
-            ends[i] = seq + 1
-        elif joins_right:
-            starts[i + 1] = seq
-        else:
-            starts.insert(i + 1, seq)
-            ends.insert(i + 1, seq + 1)
-        return True
-
-    def __contains__(self, seq: int) -> bool:
-        i = bisect.bisect_right(self.starts, seq) - 1
-        return i >= 0 and seq < self.ends[i]
-
-    def __len__(self) -> int:
-        return sum(e - s for s, e in zip(self.starts, self.ends, strict=True))
-
-    def overlap(self, other: SeqRanges) -> int:
-        """How many seqs both hold."""
-        out = 0
-        i = j = 0
-        a_s, a_e, b_s, b_e = self.starts, self.ends, other.starts, other.ends
-        while i < len(a_s) and j < len(b_s):
-            lo, hi = max(a_s[i], b_s[j]), min(a_e[i], b_e[j])
-            if lo < hi:
-                out += hi - lo
-            if a_e[i] <= b_e[j]:
-                i += 1
-            else:
-                j += 1
-        return out
-
-    def union(self, other: SeqRanges) -> None:
-        """Add every seq of ``other``."""
-        pairs = sorted(zip(self.starts + other.starts, self.ends + other.ends, strict=True))
-        starts: list[int] = []
-        ends: list[int] = []
-        for s, e in pairs:
-            if ends and s <= ends[-1]:
-                ends[-1] = max(ends[-1], e)
-            else:
-                starts.append(s)
-                ends.append(e)
-        self.starts, self.ends = starts, ends
 
 
 class First(NamedTuple):
@@ -225,7 +151,7 @@ class RunFold:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.seqs = SeqRanges()
+        self.seqs = SeqSet()
         # Events whose seq was seen already (a run read from two files) and
         # events with a seq no tracer gives (negative or too large).
         self.duplicates = 0
@@ -383,7 +309,7 @@ class RunFold:
         """Fold in the fold of another part of this run (another file, another process)."""
         self.duplicates += other.duplicates + self.seqs.overlap(other.seqs)
         self.unusable += other.unusable
-        self.seqs.union(other.seqs)
+        self.seqs.update(other.seqs)
         self._siblings = None
         self.first = _lower(self.first, other.first)
         self.last = _higher(self.last, other.last)

@@ -9,124 +9,20 @@ same seq twice in one file is a real duplicate.
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
 import msgspec
 
 from .._schema.decoding import UnknownEvent
 from .._schema.events import Event, TraceClosed, TraceOpened
+from .seqs import SeqSet
 
-__all__ = ["SeqSet", "RunStats", "RunSummary", "NEW", "COPY", "DUPLICATE", "TABLE_COLUMNS"]
+__all__ = ["RunStats", "RunSummary", "NEW", "COPY", "DUPLICATE", "TABLE_COLUMNS"]
 
 # What ``RunStats.add`` made of an event.
 NEW = 0  # first seen: counted
 COPY = 1  # seen before in another file: the same event read again, not counted
 DUPLICATE = 2  # its seq seen before in the same file: a real duplicate
-
-# Seqs that arrive out of order wait in a set at least this large before they
-# are merged into the ranges (see ``SeqSet``).
-_LOOSE_MIN = 1024
-
-
-class SeqSet:
-    """A set of seqs kept as sorted, disjoint ``[start, end)`` ranges.
-
-    Memory grows with the gaps between the seqs, never with their size: a
-    corrupt seq of 2**62 costs one range. Seqs that arrive in order extend the
-    last range in O(1). One that arrives below the last range waits in a
-    loose set, merged into the ranges once it is as large as they are, so
-    that even a shuffled run costs O(log n) per seq and at most twice the
-    memory of its ranges.
-    """
-
-    __slots__ = ("_ends", "_loose", "_starts")
-
-    def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        # Below the last range's end, in no range: so never next to its end.
-        self._loose: set[int] = set()
-
-    def add(self, seq: int) -> bool:
-        """Record ``seq``; False when it was seen before."""
-        ends = self._ends
-        if ends and seq == ends[-1]:
-            ends[-1] = seq + 1
-        elif not ends or seq > ends[-1]:
-            self._starts.append(seq)
-            ends.append(seq + 1)
-        else:
-            loose = self._loose
-            if seq in loose:
-                return False
-            i = bisect.bisect_right(self._starts, seq) - 1
-            if i >= 0 and seq < ends[i]:
-                return False
-            loose.add(seq)
-            if len(loose) > max(_LOOSE_MIN, len(ends)):
-                self._merge()
-        return True
-
-    @property
-    def count(self) -> int:
-        """How many seqs were seen."""
-        return len(self._loose) + sum(e - s for s, e in zip(self._starts, self._ends, strict=True))
-
-    @property
-    def max(self) -> int:
-        """The largest seq seen, -1 when none was (the loose ones lie below the last range)."""
-        return self._ends[-1] - 1 if self._ends else -1
-
-    def copy(self) -> SeqSet:
-        out = SeqSet()
-        out._starts, out._ends, out._loose = list(self._starts), list(self._ends), set(self._loose)
-        return out
-
-    def __contains__(self, seq: int) -> bool:
-        if seq in self._loose:
-            return True
-        i = bisect.bisect_right(self._starts, seq) - 1
-        return i >= 0 and seq < self._ends[i]
-
-    def _merge(self) -> None:
-        loose = sorted(self._loose)
-        self._loose = set()
-        starts, ends = self._starts, self._ends
-        out_s: list[int] = []
-        out_e: list[int] = []
-        i = j = 0
-        while i < len(starts) or j < len(loose):
-            if j == len(loose) or (i < len(starts) and starts[i] < loose[j]):
-                s, e = starts[i], ends[i]
-                i += 1
-            else:
-                s = loose[j]
-                e = s + 1
-                j += 1
-            # Disjoint by construction: a start at most the last end only touches it.
-            if out_e and s <= out_e[-1]:
-                out_e[-1] = max(out_e[-1], e)
-            else:
-                out_s.append(s)
-                out_e.append(e)
-        self._starts, self._ends = out_s, out_e
-
-    def ranges(self) -> list[tuple[int, int]]:
-        """The seqs as inclusive ``(first, last)`` ranges, in order."""
-        self._merge()
-        return [(s, e - 1) for s, e in zip(self._starts, self._ends, strict=True)]
-
-    def gaps(self) -> list[tuple[int, int]]:
-        """Missing seqs between 0 and the largest seen, as inclusive ranges."""
-        self._merge()
-        out: list[tuple[int, int]] = []
-        cursor = 0
-        for s, e in zip(self._starts, self._ends, strict=True):
-            if s > cursor:
-                out.append((cursor, s - 1))
-            cursor = max(cursor, e)
-        return out
 
 
 def _class_tag(cls: type[Event]) -> str:

@@ -31,7 +31,8 @@ from .protocol import (
     split_where,
     where_of,
 )
-from .runstats import DUPLICATE, RunStats, SeqSet
+from .runstats import DUPLICATE, RunStats
+from .seqs import SeqSet
 
 __all__ = ["Finding", "Validator"]
 
