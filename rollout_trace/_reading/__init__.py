@@ -1,10 +1,11 @@
 """Reading: from trace files on disk to typed events, a block at a time.
 
 ``paths`` turns what the user named (files, globs, folders) into the list of
-trace files. ``reader`` streams each file's bytes (gunzipping torn streams
-too), cuts them into blocks of whole lines and decodes each block in one
-msgspec call into ``Event``s and ``UnknownEvent``s, reporting every line it
-skips as a ``ReadProblem``. ``lean`` holds slim stand-ins for the built-in
-events that the cost analysis reads instead, at speed; they never leave
-``_analysis``.
+trace files, each once, and says what cannot be read before anything is.
+``gunzip`` gives the text of a gzip file's members, those cut short by a kill
+or shared with a forked writer too. ``reader`` cuts each file's text into
+blocks of whole lines and decodes each block in one msgspec call into
+``Event``s and ``UnknownEvent``s, reporting every line it skips as a
+``ReadProblem``. ``lean`` holds twins of the built-in events that the cost
+analysis reads instead, at speed; they never leave ``_analysis``.
 """

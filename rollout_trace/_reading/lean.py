@@ -1,18 +1,19 @@
-"""Slim stand-ins for the built-in events, for reading at speed.
+"""Twins of the built-in events for the cost analysis, which check their envelope themselves.
 
-The restore-cost figures need few fields: a sibling's key and attempt, a few
-steps, paths and times, and the envelope. Decoding into classes that declare
-just these lets msgspec skip the rest (group ids, weight versions, metadata)
-instead of building objects for them, about a fifth faster on a typical
-trace. Their envelope fields are required, unlike ``Event``'s defaults, so a
-line without one fails the block and is read again line by line, where it is
-reported. These classes are not ``Event`` subclasses, so they never enter the
-event registry; they serve the analysis and never leave it.
+A lean class declares every field of its event, with the same type and
+default, so that it accepts exactly the lines the event class does: whether
+a line is read must not depend on which decoder a block was given to. It
+differs in the envelope alone: ``Event`` gives it defaults (time 0.0,
+run_id "", seq -1, so that users can build events without one), which the
+reader must then look for in every event it decodes; here the fields are
+required and constrained, so msgspec rejects a bad envelope inside its one
+call per block. These classes are not ``Event`` subclasses, so they never
+enter the event registry; they serve the analysis and never leave it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union, cast
 
 import msgspec
 
@@ -36,16 +37,24 @@ __all__ = [
     "ENDED",
     "RESUMED",
     "lean_list_decoder",
+    "lean_holds_real_classes",
 ]
+
+# What `envelope_problem` in `_schema.decoding` asks of an envelope, as
+# constraints msgspec checks while it decodes.
+_Time = Annotated[float, msgspec.Meta(gt=0.0)]
+_RunId = Annotated[str, msgspec.Meta(min_length=1)]
+_Seq = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class LeanEnvelope(msgspec.Struct, tag_field="event", gc=False, kw_only=True):
-    time: float
-    run_id: str
-    seq: int
+    time: _Time
+    run_id: _RunId
+    seq: _Seq
 
 
 class LeanAttempt(LeanEnvelope):
+    group_id: str
     prompt_id: int | str
     generation_index: int
     attempt: int
@@ -53,6 +62,7 @@ class LeanAttempt(LeanEnvelope):
 
 class LeanStepTrained(LeanEnvelope, tag="step_trained"):
     step: int
+    group_ids: list[str]
 
 
 class LeanTrainerCheckpointPublished(LeanEnvelope, tag="trainer_checkpoint_published"):
@@ -73,15 +83,15 @@ class LeanRestoreStarted(LeanEnvelope, tag="restore_started"):
 
 class LeanRestoreFinished(LeanEnvelope, tag="restore_finished"):
     step: int
+    unfinished_groups: list[str]
 
 
-class LeanTraceOpened(LeanEnvelope, tag="trace_opened"):
-    pass
-
-
-def _slim_class(tag: str, base: type[LeanEnvelope]) -> type[LeanEnvelope]:
-    name = "Lean" + "".join(part.title() for part in tag.split("_"))
-    return type(name, (base,), {}, tag=tag)
+class LeanTraceOpened(LeanEnvelope, tag="trace_opened", kw_only=True):
+    schema: int = 1
+    sdk_version: str
+    pid: int
+    host: str
+    meta: dict[str, Any] = {}
 
 
 _ATTEMPT_TAGS = (
@@ -100,6 +110,34 @@ ENVELOPE_ONLY = (
     "weights_synced",
     "trace_closed",
 )
+_ENVELOPE = frozenset(LeanEnvelope.__struct_fields__)
+
+
+def _fields(cls: type[Any]) -> list[tuple[str, Any, Any]]:
+    """``cls``'s fields beyond the envelope: name, type, default (``NODEFAULT`` if required)."""
+    out = []
+    for f in msgspec.structs.fields(cls):
+        if f.name in _ENVELOPE:
+            continue
+        default = f.default
+        if f.default_factory is not msgspec.NODEFAULT:
+            default = f.default_factory()
+        out.append((f.name, f.type, default))
+    return out
+
+
+def _slim_class(tag: str, base: type[LeanEnvelope]) -> type[LeanEnvelope]:
+    """The lean twin of the event tagged ``tag``: its fields on ``base``."""
+    own = {name for name, _, _ in _fields(base)}
+    fields: list[Any] = []
+    for name, typ, default in _fields(event_types()[tag]):
+        if name in own:
+            continue
+        fields.append((name, typ) if default is msgspec.NODEFAULT else (name, typ, default))
+    name = "Lean" + "".join(part.title() for part in tag.split("_"))
+    slim = msgspec.defstruct(name, fields, bases=(base,), tag=tag, kw_only=True, module=__name__)
+    return cast("type[LeanEnvelope]", slim)
+
 
 LEAN: dict[str, type[LeanEnvelope]] = {tag: _slim_class(tag, LeanAttempt) for tag in _ATTEMPT_TAGS}
 LEAN.update({tag: _slim_class(tag, LeanEnvelope) for tag in ENVELOPE_ONLY})
@@ -112,6 +150,23 @@ for _cls in (
     LeanTraceOpened,
 ):
     LEAN[_cls.__struct_config__.tag] = _cls  # type: ignore[index]
+
+
+def _check_twins() -> None:
+    """Every built-in event has a twin, field for field (the written ones too)."""
+    real = event_types()
+    missing = {tag for tag, cls in real.items() if cls.__module__ == "rollout_trace"} - set(LEAN)
+    if missing:
+        raise TypeError(f"built-in events without a lean twin: {sorted(missing)}")
+    for tag, lean in LEAN.items():
+        if _fields(lean) != _fields(real[tag]) or hasattr(real[tag], "__post_init__"):
+            raise TypeError(
+                f"{lean.__name__} must declare the fields of {real[tag].__name__} "
+                f"with their types and defaults: {_fields(lean)} != {_fields(real[tag])}"
+            )
+
+
+_check_twins()
 
 # What an attempt event does to its sibling, for the real and the lean class.
 DISPATCHED, SEALED, ENDED, RESUMED = 1, 2, 3, 4
@@ -129,11 +184,22 @@ for _tag, _kind in _KIND_BY_TAG.items():
 
 
 def lean_list_decoder() -> msgspec.json.Decoder[Any]:
-    """A decoder for a JSON array of events: lean where one exists, real otherwise."""
+    """A decoder for a JSON array of events: lean where a twin exists, real otherwise."""
+    return _lean_list()[0]
+
+
+def lean_holds_real_classes() -> bool:
+    """Whether ``lean_list_decoder()`` decodes some events (users') into real classes,
+    whose envelope defaults the reader must then look for."""
+    return _lean_list()[1]
+
+
+def _lean_list() -> tuple[msgspec.json.Decoder[Any], bool]:
     return REGISTRY.cached("lean_list_decoder", _build_lean_list_decoder)
 
 
-def _build_lean_list_decoder() -> msgspec.json.Decoder[Any]:
-    types = tuple(LEAN.get(tag, cls) for tag, cls in REGISTRY.decodable_types().items())
+def _build_lean_list_decoder() -> tuple[msgspec.json.Decoder[Any], bool]:
+    classes = REGISTRY.decodable_types()
+    types = tuple(LEAN.get(tag, cls) for tag, cls in classes.items())
     union: Any = Union[types]  # noqa: UP007
-    return msgspec.json.Decoder(list[union])
+    return msgspec.json.Decoder(list[union]), not set(classes) <= set(LEAN)

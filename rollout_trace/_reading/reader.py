@@ -4,7 +4,8 @@ Lines are decoded a block at a time: a block of complete lines becomes one JSON
 array that msgspec decodes in a single call, so the per-line cost is msgspec's
 and not the interpreter's. A block that fails is split in halves until the bad
 lines are isolated, so one bad line costs a few extra decodes, not a slow path
-for the whole file.
+for the whole file. Whichever decoder a line meets (the block's, real or lean,
+or ``decode_one`` alone), it is read or skipped alike.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from __future__ import annotations
 import operator
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Union
 
 import msgspec
 
 from .._errors import TraceReadError
-from .._schema.decoding import AnyEvent, decode_one, decoders
-from .lean import lean_list_decoder
+from .._schema.decoding import AnyEvent, bounded, decode_one, decoders
+from .gunzip import Cut, gunzip, looks_like_gzip
+from .lean import lean_holds_real_classes, lean_list_decoder
 from .paths import expand_paths
 
 __all__ = [
@@ -36,6 +37,11 @@ __all__ = [
 _CHUNK = 1 << 20
 # Below this many lines, a failing block is decoded line by line.
 _SPLIT_FLOOR = 32
+# A line is held in memory up to this size; a longer one is skipped (it is
+# not an event a tracer writes, and holding it could take all the memory).
+_MAX_LINE = 64 << 20
+# What of a skipped line is searched for its run_id and seq.
+_HEAD = 4096
 _GZIP_MAGIC = b"\x1f\x8b"
 # Read from a bad line to charge it to its run; the id may lack its closing
 # quote on a torn line.
@@ -53,9 +59,11 @@ _EVENT_START = b'{"event"'
 class ReadProblem(msgspec.Struct, frozen=True, kw_only=True):
     """A line the reader skipped, and why.
 
-    ``torn`` is true for a last line cut short by a killed writer (or the cut
-    end of a truncated gzip stream). ``run_id`` is read from the raw line where
-    it can be, so that a bad line can be charged to its run.
+    ``torn`` is true for what a killed writer cut short: a file's last line,
+    or the end of a gzip member that another member follows (``line`` is
+    then where the text breaks). ``run_id`` is read from the raw line where
+    it can be, so that a bad line can be charged to its run; ``reason`` is
+    at most a few hundred characters, however long the line.
     """
 
     file: str
@@ -96,87 +104,36 @@ def _seq_of(raw: bytes) -> int | None:
 
 
 class _Source:
-    """The decompressed bytes of one file, a chunk at a time.
-
-    gzip is decoded with zlib directly rather than ``gzip.open``: a killed
-    writer leaves a member without its end marker, and ``gzip`` raises then
-    and loses the tail it already decompressed. Here every byte that could be
-    decompressed is yielded and ``cut_short`` says why the stream ended early.
+    """The decompressed bytes of one file, a chunk at a time, and ``Cut``s where
+    a gzip stream breaks (``gunzip``).
 
     A file is gzip when it begins with gzip's magic bytes, whatever its name;
-    but one not named ``.gz`` whose first chunk gives not a single byte (zlib
-    refuses it, or it ends inside what looked like a header) only began like
-    gzip, with a first line of garbage, and is read as the lines it is.
+    but one not named ``.gz`` that zlib refuses at once, or that ends inside
+    what looked like a header, only began like gzip, with a first line of
+    garbage, and is read as the lines it is.
     """
 
     def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
         self.path = path
-        self.cut_short: str | None = None
         self._on_bytes = on_bytes
-        self._not_gzip = False
 
-    def chunks(self) -> Iterator[bytes]:
+    def chunks(self) -> Iterator[bytes | Cut]:
         try:
             f: BinaryIO = open(self.path, "rb")  # noqa: SIM115
         except OSError as exc:
             raise TraceReadError(f"cannot open trace file {self.path!r}: {exc}") from exc
         with f:
             first = f.read(_CHUNK)
-            if first.startswith(_GZIP_MAGIC):
-                yield from self._gunzip(f, first)
-                if not self._not_gzip:
-                    return
-                yield first  # _gunzip has counted its bytes
-                first = f.read(_CHUNK)
+            if first.startswith(_GZIP_MAGIC) and (
+                self.path.endswith(".gz") or looks_like_gzip(first)
+            ):
+                yield from gunzip(f, first, self._on_bytes)
+                return
             while first:
                 if self._on_bytes is not None:
                     self._on_bytes(len(first))
                 yield first
                 first = f.read(_CHUNK)
-
-    def _gunzip(self, f: BinaryIO, raw: bytes) -> Iterator[bytes]:
-        inflater = zlib.decompressobj(wbits=31)
-        fed = False
-        # Until a byte comes out of the first chunk, the file may not be gzip.
-        maybe_text = not self.path.endswith(".gz")
-        while raw:
-            if self._on_bytes is not None:
-                self._on_bytes(len(raw))
-            while raw:
-                fed = True
-                try:
-                    out = inflater.decompress(raw)
-                except zlib.error as exc:
-                    if maybe_text:
-                        self._not_gzip = True
-                    else:
-                        self.cut_short = f"corrupt gzip data ({exc})"
-                    return
-                if out:
-                    maybe_text = False
-                    yield out
-                if not inflater.eof:
-                    break
-                # A member ended; concatenated members are one stream (gzip -c a b).
-                raw = inflater.unused_data
-                inflater = zlib.decompressobj(wbits=31)
-                fed = False
-                if raw and not raw.startswith(_GZIP_MAGIC[: len(raw)]):
-                    if raw.strip(b"\0"):
-                        self.cut_short = "bytes after the last gzip member are not gzip data"
-                    return
-            raw = f.read(_CHUNK)
-            if raw:
-                maybe_text = False
-        if fed and not inflater.eof:
-            # A member began and the file ended before its end marker.
-            tail = inflater.flush()
-            if maybe_text and not tail:
-                self._not_gzip = True  # one chunk, and not a byte of it came out
-                return
-            if tail:
-                yield tail
-            self.cut_short = "gzip stream ends early (a killed writer)"
 
 
 # --- decoding ------------------------------------------------------------------
@@ -191,25 +148,30 @@ def _is_fragment(head: bytes) -> bool:
     return False
 
 
-def _decode_many(
-    payload: bytes, count: int, many: msgspec.json.Decoder[Any]
-) -> list[AnyEvent] | None:
+# A block decoder: one msgspec call for a JSON array of lines, and whether its
+# classes leave the envelope to be checked here (real events have defaults).
+_Many = tuple[msgspec.json.Decoder[Any], bool]
+
+
+def _decode_many(payload: bytes, count: int, many: _Many) -> list[AnyEvent] | None:
     """A JSON array of ``count`` lines' events, or None if any line is bad.
 
-    Only the real event classes need the envelope check; ``lean``'s classes
-    require their envelope fields.
+    Bad is what ``decode_one`` says of the line, so that a line is read or
+    skipped whatever lines it shares a block with.
     """
+    decoder, check = many
     try:
-        events: list[AnyEvent] = many.decode(payload)
+        events: list[AnyEvent] = decoder.decode(payload)
     except msgspec.DecodeError:
         return None
     # A line holding `{..},{..}` would decode as two events.
     if len(events) != count:
         return None
-    if many is not lean_list_decoder() and (
+    # What `envelope_problem` asks, over the whole block at once.
+    if check and (
         min(map(_get_seq, events)) < 0
-        or min(map(_get_time, events)) <= 0.0
-        or "" in set(map(_get_run_id, events))
+        or not min(map(_get_time, events)) > 0.0
+        or not all(map(_get_run_id, events))
     ):
         return None
     return events
@@ -220,7 +182,7 @@ class _Block:
 
     __slots__ = ("events", "lines", "many", "path", "problems")
 
-    def __init__(self, path: str, problems: Problems, many: msgspec.json.Decoder[Any]) -> None:
+    def __init__(self, path: str, problems: Problems, many: _Many) -> None:
         self.path = path
         self.problems = problems
         self.many = many
@@ -244,7 +206,7 @@ class _Block:
     def line(self, raw: bytes, line_no: int, *, torn: bool, why_torn: str = "") -> None:
         if not raw.strip():
             if not torn:
-                self._problem(line_no, "empty line", torn=False, raw=raw)
+                self.problem(line_no, "empty line", torn=False, raw=raw)
             return
         ev, reason = decode_one(raw)
         if ev is not None:
@@ -257,7 +219,7 @@ class _Block:
         if cut > 0 and _is_fragment(raw[:cut]):
             rescued, _ = decode_one(raw[cut:])
             if rescued is not None:
-                self._problem(
+                self.problem(
                     line_no,
                     "a cut-off line (killed writer) runs into this line; kept the event after it",
                     torn=True,
@@ -268,15 +230,15 @@ class _Block:
                 return
         if torn:
             reason = f"{why_torn}: {reason}"
-        self._problem(line_no, reason or "undecodable", torn=torn, raw=raw)
+        self.problem(line_no, reason or "undecodable", torn=torn, raw=raw)
 
-    def _problem(self, line_no: int, reason: str, *, torn: bool, raw: bytes) -> None:
+    def problem(self, line_no: int, reason: str, *, torn: bool, raw: bytes = b"") -> None:
         _report(
             self.problems,
             ReadProblem(
                 file=self.path,
                 line=line_no,
-                reason=reason,
+                reason=bounded(reason),
                 torn=torn,
                 run_id=_run_id_of(raw),
                 seq=_seq_of(raw),
@@ -296,53 +258,110 @@ def iter_blocks(
     The building block of ``read`` and of the command line, which handle a
     block at a time to keep per-event overhead low. ``on_bytes`` is told how
     many raw bytes were consumed, for progress display. ``lean`` decodes the
-    common events into the slim classes of ``lean`` (for the cost analysis);
-    a block with a bad line still decodes line by line into real events.
+    built-in events into their twins in ``lean`` (for the cost analysis);
+    lines in a block with a bad line may come as real events instead. Which
+    lines are read is the same either way.
     """
-    many = lean_list_decoder() if lean else decoders()[1]
+    many = (lean_list_decoder(), lean_holds_real_classes()) if lean else (decoders()[1], True)
     for path in expand_paths(paths):
-        yield from _iter_file(path, problems, on_bytes, many)
+        yield from _Lines(path, problems, many).read(_Source(path, on_bytes).chunks())
 
 
-def _iter_file(
-    path: str,
-    problems: Problems,
-    on_bytes: Callable[[int], None] | None,
-    many: msgspec.json.Decoder[Any],
-) -> Iterator[tuple[str, list[AnyEvent], Sequence[int]]]:
-    source = _Source(path, on_bytes)
-    rest = b""
-    line_no = 1
-    for chunk in source.chunks():
+class _Lines:
+    """Cuts a file's text into lines and decodes them a block at a time.
+
+    A line is held as the pieces it arrived in and joined once, so a long
+    one costs a copy, not one per chunk; one longer than ``_MAX_LINE`` is
+    reported and skipped without being held.
+    """
+
+    def __init__(self, path: str, problems: Problems, many: _Many) -> None:
+        self.path = path
+        self.problems = problems
+        self.many = many
+        self.line_no = 1
+        # The start of the current line, which no newline has ended yet.
+        self.pieces: list[bytes] = []
+        self.held = 0
+        # In a line too long to hold: its bytes are dropped up to its newline.
+        self.skipping = False
+
+    def read(
+        self, chunks: Iterable[bytes | Cut]
+    ) -> Iterator[tuple[str, list[AnyEvent], Sequence[int]]]:
+        for chunk in chunks:
+            if isinstance(chunk, Cut):
+                yield from self._cut(chunk.reason)
+            else:
+                yield from self._chunk(chunk)
+        if self.pieces:
+            yield from self._cut("no newline at the end of the file", eof=True)
+
+    def _chunk(self, chunk: bytes) -> Iterator[tuple[str, list[AnyEvent], Sequence[int]]]:
         end = chunk.rfind(b"\n")
         if end < 0:
-            rest += chunk
-            continue
+            self._hold(chunk)
+            return
+        if self.skipping:
+            # The long line ends here; the bytes after its newline are new lines.
+            start = chunk.find(b"\n") + 1
+            self.skipping = False
+            self.line_no += 1
+            if start > end:
+                self._hold(chunk[start:])
+                return
+            chunk, end = chunk[start:], end - start
         count = chunk.count(b"\n", 0, end) + 1
         # The common case costs one copy for the commas and one for the join.
-        payload = b"".join((b"[", rest, memoryview(chunk.replace(b"\n", b","))[:end], b"]"))
-        events = _decode_many(payload, count, many)
+        commas = memoryview(chunk.replace(b"\n", b","))[:end]
+        events = _decode_many(b"".join((b"[", *self.pieces, commas, b"]")), count, self.many)
         if events is not None:
-            yield path, events, range(line_no, line_no + count)
+            yield self.path, events, range(self.line_no, self.line_no + count)
         else:
-            block = _Block(path, problems, many)
-            block.decode((rest + chunk[:end]).split(b"\n"), line_no)
+            block = _Block(self.path, self.problems, self.many)
+            block.decode(b"".join((*self.pieces, chunk[:end])).split(b"\n"), self.line_no)
             if block.events:
-                yield path, block.events, block.lines
-        line_no += count
-        rest = chunk[end + 1 :]
-    block = _Block(path, problems, many)
-    if rest:
-        why = source.cut_short or "no newline at the end of the file"
-        # A whole line that only lacks its newline is kept as it is.
-        block.line(rest, line_no, torn=True, why_torn=why)
-    if source.cut_short is not None and (not rest or block.events):
-        _report(
-            problems,
-            ReadProblem(file=path, line=line_no, reason=source.cut_short, torn=True),
-        )
-    if block.events:
-        yield path, block.events, block.lines
+                yield self.path, block.events, block.lines
+        self.line_no += count
+        self.pieces, self.held = [], 0
+        self._hold(chunk[end + 1 :])
+
+    def _hold(self, piece: bytes) -> None:
+        if self.skipping or not piece:
+            return
+        self.pieces.append(piece)
+        self.held += len(piece)
+        if self.held > _MAX_LINE:
+            head = b""
+            for held in self.pieces:
+                head += held[: _HEAD - len(head)]
+            block = _Block(self.path, self.problems, self.many)
+            block.problem(
+                self.line_no,
+                f"a line longer than {_MAX_LINE >> 20} MiB (no newline in it): skipped unread",
+                torn=False,
+                raw=head,
+            )
+            self.pieces, self.held = [], 0
+            self.skipping = True
+
+    def _cut(
+        self, why: str, *, eof: bool = False
+    ) -> Iterator[tuple[str, list[AnyEvent], Sequence[int]]]:
+        """The text breaks here (a gzip member cut short, or the end): the line
+        under way, if any, is torn."""
+        block = _Block(self.path, self.problems, self.many)
+        rest = b"".join(self.pieces)
+        if rest:
+            # A whole line that only lacks its newline is kept as it is.
+            block.line(rest, self.line_no, torn=True, why_torn=why)
+        if not eof and (not rest or block.events):
+            block.problem(self.line_no, why, torn=True)
+        if rest or self.skipping:
+            self.line_no += 1
+        self.pieces, self.held, self.skipping = [], 0, False
+        if block.events:
+            yield self.path, block.events, block.lines
 
 
 def read(

@@ -124,7 +124,7 @@ def test_envelope_and_types(tmp_path: Path) -> None:
 
 def test_line_numbers_across_chunks(tmp_path: Path) -> None:
     # Enough lines to span several 1 MiB chunks, with a bad line far in.
-    many = make_run(1, 0.0, [(float(i), disp(i, 0)) for i in range(20_000)])
+    many = make_run(1, 1.0, [(2.0 + i, disp(i, 0)) for i in range(20_000)])
     body = lines(many).splitlines(keepends=True)
     body.insert(15_000, b"{oops}\n")
     path = tmp_path / "big.jsonl"

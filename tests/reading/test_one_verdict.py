@@ -1,0 +1,192 @@
+"""One verdict per line, whatever decodes it and whatever lines sit next to it.
+
+A line in a block of good lines is decoded by the block decoder, real or
+lean (``iter_blocks(..., lean=True)``, what ``cost`` reads with); next to a
+bad line, or alone, by ``decode_one``. All three must read a line or skip
+it alike, with the same envelope (README: Reference > Wire format).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from samples import ROLLOUT_SAMPLES
+from scenario import lines, make_run
+
+import rollout_trace as rt
+from rollout_trace._reading.reader import iter_blocks
+from rollout_trace._schema.decoding import decode_one
+from rollout_trace._schema.events import SinkTally
+
+RUN_ID = "a" * 32
+# Good lines around the one under test: enough that its block is decoded whole.
+AROUND = 40
+_RUN = make_run(
+    9, 1_700_000_000.0, [(1_700_000_001.0 + i, ROLLOUT_SAMPLES[i % 16]) for i in range(2 * AROUND)]
+)
+BEFORE = lines(_RUN[:AROUND])
+AFTER = lines(_RUN[AROUND:])
+
+SAMPLES: list[rt.Event] = [
+    *ROLLOUT_SAMPLES,
+    rt.TraceOpened(sdk_version="1.0", pid=7, host="h", meta={"a": [1, 2]}),
+    rt.TraceClosed(
+        emitted=3, written=2, dropped=1, invalid=0, sinks=[SinkTally(uri="x", written=2)]
+    ),
+]
+
+
+def _fields(i: int) -> dict[str, Any]:
+    ev = msgspec.structs.replace(SAMPLES[i], time=1_700_000_000.5, run_id=RUN_ID, seq=7)
+    fields: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(ev))
+    return fields
+
+
+Verdict = tuple[str, float, str, int] | None
+
+
+def _tag(ev: object) -> str:
+    if isinstance(ev, rt.UnknownEvent):
+        return ev.event
+    tag = type(ev).__struct_config__.tag  # type: ignore[attr-defined]
+    assert isinstance(tag, str)
+    return tag
+
+
+def _verdict(ev: Any) -> Verdict:
+    return None if ev is None else (_tag(ev), ev.time, ev.run_id, ev.seq)
+
+
+def _verdicts(folder: Path, raw: bytes) -> dict[str, Verdict]:
+    """What each decoder makes of ``raw``: its tag and envelope, or None if skipped."""
+    path = folder / "t.jsonl"
+    path.write_bytes(BEFORE + raw + b"\n" + AFTER)
+    out: dict[str, Verdict] = {"decode_one": _verdict(decode_one(raw)[0])}
+    for name, lean in (("block", False), ("lean block", True)):
+        found: Verdict = None
+        for _, events, numbers in iter_blocks(path, [], lean=lean):
+            for number, ev in zip(numbers, events, strict=True):
+                if number == AROUND + 1:
+                    found = _verdict(ev)
+        out[name] = found
+    return out
+
+
+def _line(fields: dict[str, Any]) -> bytes:
+    return msgspec.json.encode(fields)
+
+
+def _edit(i: int, **changes: Any) -> bytes:
+    fields = _fields(i)
+    for key, value in changes.items():
+        if value is _DROP:
+            del fields[key]
+        else:
+            fields[key] = value
+    return _line(fields)
+
+
+_DROP = object()
+ABANDONED = next(i for i, e in enumerate(SAMPLES) if isinstance(e, rt.AttemptAbandoned))
+OPENED = next(i for i, e in enumerate(SAMPLES) if isinstance(e, rt.TraceOpened))
+CLOSED = next(i for i, e in enumerate(SAMPLES) if isinstance(e, rt.TraceClosed))
+RESERVED = next(i for i, e in enumerate(SAMPLES) if isinstance(e, rt.GroupReserved))
+STEP = next(i for i, e in enumerate(SAMPLES) if isinstance(e, rt.StepTrained))
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        # An abandon reason that is not one of the five (lean once took it).
+        (_edit(ABANDONED, reason="oops"), "Invalid enum value 'oops'"),
+        # A required field left out (lean once did without it).
+        (_edit(ABANDONED, group_id=_DROP), "missing required field `group_id`"),
+        # A negative seq: the block refused it and decode_one took it.
+        (_edit(ABANDONED, seq=-5), "seq -5 is negative"),
+        # A time that is not after 1970.
+        (_edit(ABANDONED, time=0), "time 0.0 is not a positive"),
+        (_edit(ABANDONED, time=-1.5), "time -1.5 is not a positive"),
+        # An empty run id, and none at all.
+        (_edit(ABANDONED, run_id=""), "run_id is empty"),
+        (_edit(ABANDONED, run_id=_DROP), "missing required field `run_id`"),
+        # An unknown event is kept, but not with a bad envelope.
+        (_line({"event": "mine", "time": 1.0, "run_id": RUN_ID, "seq": -1}), "seq -1"),
+        # A lifecycle event without a field; a field of the wrong type.
+        (_edit(OPENED, sdk_version=_DROP), "missing required field `sdk_version`"),
+        (_edit(RESERVED, target_step="x"), "Expected `int | null`, got `str`"),
+        (_edit(STEP, group_ids=[1]), "Expected `str`, got `int`"),
+        (_edit(CLOSED, sinks=[{"uri": 1, "written": 0}]), "Expected `str`, got `int`"),
+    ],
+)
+def test_a_bad_line_is_skipped_by_every_decoder(tmp_path: Path, raw: bytes, reason: str) -> None:
+    assert _verdicts(tmp_path, raw) == {"decode_one": None, "block": None, "lean block": None}
+    why = decode_one(raw)[1]
+    assert why is not None and reason in why
+
+
+@pytest.mark.parametrize("i", range(len(SAMPLES)))
+def test_every_sample_is_read_by_every_decoder(tmp_path: Path, i: int) -> None:
+    raw = _line(_fields(i))
+    expected = (_tag(SAMPLES[i]), 1_700_000_000.5, RUN_ID, 7)
+    assert set(_verdicts(tmp_path, raw).values()) == {expected}
+
+
+_VALUES = st.sampled_from(
+    [None, True, -5, -1, 0, 1, 2**70, 0.0, -0.5, 1.5, "", "oops", "dropped", [], ["g"], [1], {}]
+)
+_KEYS = st.sampled_from(
+    [
+        "event",
+        "time",
+        "run_id",
+        "seq",
+        "group_id",
+        "prompt_id",
+        "generation_index",
+        "attempt",
+        "reason",
+        "turn",
+        "step",
+        "group_ids",
+        "path",
+        "captured_at",
+        "weight_version",
+        "size",
+        "target_step",
+        "unfinished_groups",
+        "sdk_version",
+        "pid",
+        "host",
+        "meta",
+        "schema",
+        "emitted",
+        "sinks",
+        "extra",
+    ]
+)
+_TAGS = st.sampled_from([*rt.event_types(), "mine", ""])
+_EDIT = st.one_of(
+    st.tuples(st.just("drop"), _KEYS, st.none()),
+    st.tuples(st.just("set"), _KEYS, _VALUES),
+    st.tuples(st.just("set"), st.just("event"), _TAGS),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(i=st.integers(0, len(SAMPLES) - 1), edits=st.lists(_EDIT, max_size=3))
+def test_any_line_gets_one_verdict(i: int, edits: list[tuple[str, str, Any]]) -> None:
+    fields = _fields(i)
+    for what, key, value in edits:
+        if what == "drop":
+            fields.pop(key, None)
+        else:
+            fields[key] = value
+    with tempfile.TemporaryDirectory() as folder:
+        verdicts = _verdicts(Path(folder), _line(fields))
+    assert len(set(verdicts.values())) == 1, verdicts
