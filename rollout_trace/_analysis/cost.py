@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import math
-from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +25,7 @@ from .._schema.decoding import AnyEvent
 from .._schema.events import RestoreStarted, TraceOpened
 from .figures import Note, StopCost, orphan_cost, stop_cost, stop_notes
 from .fold import FAST_KIND, IGNORED, ROLLOUT, First, RunFold
+from .siblings import E_SEQ, EXTRA, S_ATT, S_SEQ, S_TIME, SiblingTable
 
 __all__ = ["CostAnalysis", "gc_paused", "restore_costs", "RunEvents", "group_runs"]
 
@@ -54,9 +54,8 @@ class CostAnalysis:
         kind_of = FAST_KIND.get
         need_first_rollout = False
         last: Any = None
-        rows: dict[Any, int] = {}
-        s_seq = s_att = e_seq = e_att = z_seq = z_att = array("q")
-        s_time = z_time = array("d")
+        table = SiblingTable()
+        rows: dict[Any, list[Any]] = {}
         nan = math.nan
         for ev in events:
             if ev.run_id != run_id:
@@ -68,9 +67,8 @@ class CostAnalysis:
                     run = runs[run_id] = RunFold(run_id)
                 nxt, last = None, None
                 need_first_rollout = run.first_rollout is None
-                rows, s_seq, s_att, s_time = run.rows, run.s_seq, run.s_att, run.s_time
-                e_seq, e_att = run.e_seq, run.e_att
-                z_seq, z_att, z_time = run.z_seq, run.z_att, run.z_time
+                table = run.table
+                rows = table.rows
             assert run is not None
             seq = ev.seq
             if seq != nxt:
@@ -96,26 +94,22 @@ class CostAnalysis:
                 continue
             key = (ev.prompt_id, ev.generation_index)
             row = rows.get(key)
-            if row is None:
-                if kind == DISPATCHED:
-                    # The usual first event of a sibling: its first try.
-                    rows[key] = len(s_seq)
-                    s_seq.append(seq)
-                    s_att.append(ev.attempt)
-                    s_time.append(ev.time)
-                    e_seq.append(-1)
-                    e_att.append(-1)
-                    z_seq.append(-1)
-                    z_att.append(-1)
-                    z_time.append(nan)
-                    continue
-                row = run.new_row(key)
-            if kind == SEALED and e_seq[row] < 0 <= s_seq[row]:
-                # The usual seal: the first end after the sibling's latest
-                # start, and (being the run's latest event) its latest seal.
-                e_seq[row] = z_seq[row] = seq
-                e_att[row] = z_att[row] = ev.attempt
-                z_time[row] = ev.time
+            if kind == DISPATCHED and row is None:
+                # The usual first event of a sibling: its first try.
+                rows[key] = [seq, ev.attempt, ev.time, -1, -1, -1, -1, nan, None]
+                if table.maybe_retired(key):
+                    table.collide.add(key)
+            elif (
+                kind == SEALED
+                and row is not None
+                and row[E_SEQ] < 0 <= row[S_SEQ]
+                and row[EXTRA] is None
+                and row[S_ATT] == ev.attempt
+            ):
+                # The usual seal: the first end after the sibling's only
+                # start, of that try. All the figures need of it is kept.
+                del rows[key]
+                table.retire(key, row[S_SEQ], row[S_ATT], row[S_TIME], seq, ev.attempt, ev.time)
             else:
                 run.attempt(kind, ev)
         if run is not None:

@@ -14,6 +14,7 @@ import msgspec
 from .._reading.lean import LeanRestoreStarted
 from .._schema.events import RestoreStarted
 from .fold import RunFold
+from .siblings import Siblings, pack_key
 
 __all__ = ["FIGURES", "FIGURE_ROWS", "Note", "StopCost", "orphan_cost", "stop_cost", "stop_notes"]
 
@@ -177,7 +178,7 @@ def stop_cost(a: RunFold, b: RunFold, restore: RestoreStarted | LeanRestoreStart
         for name in ("redone", "redone_s", "lost_s"):
             reasons[name] = "captured_at is unknown"
     else:
-        redone, redone_s, unstarted = _redone(siblings.seals, in_flight, captured_at)
+        redone, redone_s, unstarted = _redone(siblings, captured_at)
         if unstarted:
             reasons["redone_s"] = reasons["lost_s"] = (
                 f"{unstarted} redone sibling(s) have an attempt_sealed in run {a.run_id} "
@@ -252,9 +253,7 @@ def _finite(cost: StopCost) -> StopCost:
     return cost
 
 
-def _redone(
-    seals: list[tuple[Any, float, float]], in_flight: dict[Any, float], captured_at: float
-) -> tuple[int, float, int]:
+def _redone(siblings: Siblings, captured_at: float) -> tuple[int, float, int]:
     """Siblings not in flight whose last seal is later than ``captured_at``.
 
     Returns the count, the sum of their spans, and how many had no known start.
@@ -262,7 +261,10 @@ def _redone(
     count = 0
     spans: list[float] = []
     unstarted = 0
-    for key, sealed_at, span in seals:
+    in_flight = {pack_key(key) for key in siblings.open}
+    for key, sealed_at, span in zip(
+        siblings.seal_keys, siblings.seal_times, siblings.seal_spans, strict=True
+    ):
         if sealed_at <= captured_at or key in in_flight:
             continue
         count += 1

@@ -1,0 +1,341 @@
+"""A run's siblings as the restore-cost figures need them, in any arrival order.
+
+Per sibling, three things decide every figure: its latest start (dispatch or
+resume, by seq), whether an end of that attempt comes after it, and its
+latest seal with the start of the sealed try. Each is the event with the
+highest seq of its kind, so folding events in is commutative and two tables
+of parts of one run merge exactly.
+
+Most siblings are tried once: dispatched, then sealed. Such a sibling is
+*retired* from the table of live rows (a dict) into columns of numbers: its
+start and its seal are all the figures will ever need of what it has seen,
+whatever else of it comes later, so a retired record is as good as its row.
+A sibling that shows up again (a retry, a restart, a line read out of order)
+gets a new live row; a small filter of the retired keys notices that, and
+only those siblings are joined up when the figures are computed. Memory is
+a live row per sibling open now, and about 60 bytes plus its key per sibling
+retired.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any, NamedTuple, Union
+
+__all__ = [
+    "EXTRA",
+    "E_SEQ",
+    "S_ATT",
+    "S_SEQ",
+    "S_TIME",
+    "Row",
+    "Siblings",
+    "SiblingKey",
+    "SiblingTable",
+    "new_row",
+    "pack_key",
+    "unpack_key",
+]
+
+# A sibling: (prompt_id, generation_index); its attempts are its tries.
+SiblingKey = tuple[Union[int, str], int]  # noqa: UP007
+
+# A live row: the latest start (seq, attempt, time); the latest end after it
+# (seq, attempt); the latest seal (seq, attempt, time); -1 or NaN for none;
+# then the rare sibling's other starts and ends (``_Extra``), or None.
+S_SEQ, S_ATT, S_TIME, E_SEQ, E_ATT, Z_SEQ, Z_ATT, Z_TIME, EXTRA = range(9)
+Row = list[Any]
+
+
+# A retired sibling's key is packed into one int where its prompt id is a
+# small enough non-negative int: one object of 32 bytes, where the tuple and
+# the prompt id it holds take 88. A packed key is never equal to a tuple.
+_INDEX_BITS = 24
+_PROMPT_LIMIT = 1 << 38
+PackedKey = Union[int, SiblingKey]  # noqa: UP007
+
+
+def pack_key(key: SiblingKey) -> PackedKey:
+    prompt, index = key
+    if type(prompt) is int and 0 <= prompt < _PROMPT_LIMIT and 0 <= index < 1 << _INDEX_BITS:
+        return prompt << _INDEX_BITS | index
+    return key
+
+
+def unpack_key(key: PackedKey) -> SiblingKey:
+    if isinstance(key, int):
+        return (key >> _INDEX_BITS, key & ((1 << _INDEX_BITS) - 1))
+    return key
+
+
+def new_row() -> Row:
+    return [-1, -1, math.nan, -1, -1, -1, -1, math.nan, None]
+
+
+class Siblings(NamedTuple):
+    """A run's siblings as the figures see them at its end.
+
+    ``open`` maps each sibling in flight to the time its open attempt began.
+    Each sibling with an ``attempt_sealed`` has an entry in the other three,
+    for its last seal: its key (packed, see ``pack_key``), the seal's time,
+    and the seal's time minus the start of the try it sealed (NaN where the
+    run has no start of that attempt before the seal). Columns, not tuples: a run has a seal for
+    nearly every sibling.
+    """
+
+    open: dict[SiblingKey, float]
+    seal_keys: list[PackedKey]
+    seal_times: array[float]
+    seal_spans: array[float]
+
+
+class _Extra:
+    """A sibling's starts other than its latest, and its ends after that start but one."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[tuple[int, int, float]] = []  # (seq, attempt, time)
+        self.ends: list[tuple[int, int]] = []  # (seq, attempt), each after the latest start
+
+
+class SiblingTable:
+    """Live rows for the siblings that need them, columns for the retired ones."""
+
+    __slots__ = (
+        "_bits",
+        "_marked",
+        "collide",
+        "r_keys",
+        "r_s_att",
+        "r_s_seq",
+        "r_s_time",
+        "r_z_att",
+        "r_z_seq",
+        "r_z_time",
+        "rows",
+    )
+
+    def __init__(self) -> None:
+        self.rows: dict[SiblingKey, Row] = {}
+        self.r_keys: list[PackedKey] = []
+        self.r_s_seq = array("q")
+        self.r_s_att = array("q")
+        self.r_s_time = array("d")
+        self.r_z_seq = array("q")
+        self.r_z_att = array("q")
+        self.r_z_time = array("d")
+        # A bit per slot, a key's slot by its hash: set for each retired key.
+        # A key that finds its bit set may have a retired record already
+        # (or shares the slot by chance): it goes into `collide`, and only
+        # those keys are joined up with their records at the end.
+        self._bits = bytearray(1 << 10)
+        self._marked = 0
+        self.collide: set[SiblingKey] = set()
+
+    # --- folding in -------------------------------------------------------------
+
+    def live(self, key: SiblingKey) -> Row:
+        """The live row of ``key``, made if it has none."""
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = new_row()
+            if self.maybe_retired(key):
+                self.collide.add(key)
+        return row
+
+    def maybe_retired(self, key: SiblingKey) -> bool:
+        slot = hash(key) & ((len(self._bits) << 3) - 1)
+        return bool(self._bits[slot >> 3] & (1 << (slot & 7)))
+
+    def start(self, row: Row, seq: int, attempt: int, t: float) -> None:
+        held = row[S_SEQ]
+        if seq == held:
+            return  # the same event again (a merge of overlapping parts)
+        if seq < held:
+            if (seq, attempt, t) not in (starts := _extra(row).starts):
+                starts.append((seq, attempt, t))
+            return
+        if held >= 0:
+            _extra(row).starts.append((held, row[S_ATT], row[S_TIME]))
+        extra: _Extra | None = row[EXTRA]
+        row[S_SEQ], row[S_ATT], row[S_TIME] = seq, attempt, t
+        # Only ends after the latest start can end it: forget the others.
+        if row[E_SEQ] < seq:
+            row[E_SEQ] = row[E_ATT] = -1
+        if extra is not None:
+            extra.ends = [e for e in extra.ends if e[0] > seq]
+
+    def end(self, row: Row, seq: int, attempt: int) -> None:
+        held = row[E_SEQ]
+        if seq <= row[S_SEQ] or seq == held:
+            return  # before the latest start, or the same event again
+        if seq > held:
+            if held >= 0:
+                _extra(row).ends.append((held, row[E_ATT]))
+            row[E_SEQ], row[E_ATT] = seq, attempt
+        elif (seq, attempt) not in (ends := _extra(row).ends):
+            ends.append((seq, attempt))
+
+    def seal(self, key: SiblingKey, row: Row, seq: int, attempt: int, t: float) -> None:
+        """An ``attempt_sealed``: an end, and maybe the latest seal; retire the row if it can."""
+        self.end(row, seq, attempt)
+        if seq > row[Z_SEQ]:
+            row[Z_SEQ], row[Z_ATT], row[Z_TIME] = seq, attempt, t
+        if (
+            row[EXTRA] is None
+            and row[S_SEQ] >= 0
+            and row[E_SEQ] == row[Z_SEQ]
+            and row[E_ATT] == row[S_ATT]
+        ):
+            del self.rows[key]
+            self.retire(
+                key, row[S_SEQ], row[S_ATT], row[S_TIME], row[Z_SEQ], row[Z_ATT], row[Z_TIME]
+            )
+
+    def retire(
+        self,
+        key: SiblingKey,
+        s_seq: int,
+        s_att: int,
+        s_time: float,
+        z_seq: int,
+        z_att: int,
+        z_time: float,
+    ) -> None:
+        """Keep a sibling tried once and sealed as numbers: its start and its seal."""
+        self.r_keys.append(pack_key(key))
+        self.r_s_seq.append(s_seq)
+        self.r_s_att.append(s_att)
+        self.r_s_time.append(s_time)
+        self.r_z_seq.append(z_seq)
+        self.r_z_att.append(z_att)
+        self.r_z_time.append(z_time)
+        self.mark(key)
+
+    def mark(self, key: SiblingKey) -> None:
+        bits = self._bits
+        slot = hash(key) & ((len(bits) << 3) - 1)
+        bit = 1 << (slot & 7)
+        if bits[slot >> 3] & bit or key in self.rows:
+            self.collide.add(key)
+        bits[slot >> 3] |= bit
+        self._marked += 1
+        # About 16 slots a key: one key in 16 finds its bit set by chance.
+        if self._marked << 4 > len(bits) << 3:
+            self._rebuild(len(bits) << 2)
+
+    def _rebuild(self, size: int) -> None:
+        self._bits = bytearray(size)
+        self._marked = 0
+        mask = (size << 3) - 1
+        bits = self._bits
+        for key in self.r_keys:
+            slot = hash(unpack_key(key)) & mask
+            bits[slot >> 3] |= 1 << (slot & 7)
+        self._marked = len(self.r_keys)
+
+    def merge(self, other: SiblingTable) -> None:
+        """Fold in the table of another part of the same run."""
+        for key, theirs in other.rows.items():
+            row = self.live(key)
+            replay(self, row, theirs)
+        for i, packed in enumerate(other.r_keys):
+            self.retire(
+                unpack_key(packed),
+                other.r_s_seq[i],
+                other.r_s_att[i],
+                other.r_s_time[i],
+                other.r_z_seq[i],
+                other.r_z_att[i],
+                other.r_z_time[i],
+            )
+        self.collide |= other.collide
+
+    # --- what the figures read ------------------------------------------------------
+
+    def summary(self) -> Siblings:
+        """Which siblings are in flight at the run's end, and each one's last seal.
+
+        A sibling is in flight when its latest start (by seq) is of an
+        attempt that the run has no end of after that start.
+        """
+        open_: dict[SiblingKey, float] = {}
+        out = Siblings(open_, [], array("d"), array("d"))
+        joined: dict[SiblingKey, Row] = {key: new_row() for key in self.collide}
+        z_time, s_time = self.r_z_time, self.r_s_time
+        for i, packed in enumerate(self.r_keys):
+            row = joined.get(unpack_key(packed)) if joined else None
+            if row is None:
+                # Retired and never seen again: closed, and sealed once.
+                out.seal_keys.append(packed)
+                out.seal_times.append(z_time[i])
+                out.seal_spans.append(z_time[i] - s_time[i])
+                continue
+            self.start(row, self.r_s_seq[i], self.r_s_att[i], s_time[i])
+            self.end(row, self.r_z_seq[i], self.r_z_att[i])
+            if self.r_z_seq[i] > row[Z_SEQ]:
+                row[Z_SEQ], row[Z_ATT], row[Z_TIME] = self.r_z_seq[i], self.r_z_att[i], z_time[i]
+        for key, live in self.rows.items():
+            row = joined.get(key)
+            if row is not None:
+                replay(self, row, live)
+            else:
+                _judge(key, live, out)
+        for key, row in joined.items():
+            _judge(key, row, out)
+        return out
+
+
+def _extra(row: Row) -> _Extra:
+    extra: _Extra | None = row[EXTRA]
+    if extra is None:
+        extra = row[EXTRA] = _Extra()
+    return extra
+
+
+def replay(table: SiblingTable, row: Row, theirs: Row) -> None:
+    """Fold the events a live row stands for into ``row`` (another row of the same sibling)."""
+    starts = [(theirs[S_SEQ], theirs[S_ATT], theirs[S_TIME])]
+    ends = [(theirs[E_SEQ], theirs[E_ATT])]
+    extra: _Extra | None = theirs[EXTRA]
+    if extra is not None:
+        starts += extra.starts
+        ends += extra.ends
+    for seq, attempt, t in starts:
+        if seq >= 0:
+            table.start(row, seq, attempt, t)
+    for seq, attempt in ends:
+        if seq >= 0:
+            table.end(row, seq, attempt)
+    if theirs[Z_SEQ] > row[Z_SEQ]:
+        row[Z_SEQ], row[Z_ATT], row[Z_TIME] = theirs[Z_SEQ], theirs[Z_ATT], theirs[Z_TIME]
+
+
+def _judge(key: SiblingKey, row: Row, out: Siblings) -> None:
+    extra: _Extra | None = row[EXTRA]
+    if row[S_SEQ] >= 0:
+        attempt = row[S_ATT]
+        ended = row[E_SEQ] >= 0 and row[E_ATT] == attempt
+        if not ended and extra is not None:
+            ended = any(a == attempt for _, a in extra.ends)
+        if not ended:
+            out.open[key] = row[S_TIME]
+    if row[Z_SEQ] >= 0:
+        out.seal_keys.append(pack_key(key))
+        out.seal_times.append(row[Z_TIME])
+        out.seal_spans.append(row[Z_TIME] - _began(row, extra))
+
+
+def _began(row: Row, extra: _Extra | None) -> float:
+    """When the try of the sibling's last seal began: its latest start before the seal."""
+    sealed, attempt = row[Z_SEQ], row[Z_ATT]
+    best = (-1, math.nan)
+    if row[S_ATT] == attempt and 0 <= row[S_SEQ] < sealed:
+        best = (row[S_SEQ], row[S_TIME])
+    if extra is not None:
+        for seq, a, t in extra.starts:
+            if a == attempt and best[0] < seq < sealed:
+                best = (seq, t)
+    return best[1]
