@@ -99,6 +99,9 @@ def test_example_summary_is_the_one_shown(ran: Path) -> None:
         return out[out.index("events by name") :].strip().splitlines()
 
     assert by_name(proc.stdout) == by_name(shown)
+    # The columns shown are the ones printed.
+    header = shown[shown.index("run_id ") :].splitlines()[0]
+    assert proc.stdout.splitlines()[0].split() == header.split()
 
 
 ATTEMPT_KINDS = (
