@@ -10,9 +10,8 @@ import msgspec
 
 from .._analysis.cost import CostAnalysis, gc_paused
 from .._analysis.figures import FIGURE_ROWS, FIGURES, StopCost
-from .._reading.reader import ReadProblem
 from .command import Command
-from .common import add_paths, blocks, fmt_num, fmt_time, report_problems, table
+from .common import BadLines, add_paths, blocks, fmt_num, fmt_time, report_problems, table
 
 __all__ = ["COMMAND", "render"]
 
@@ -40,13 +39,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    problems: list[ReadProblem] = []
+    # Counted, the first few kept: a text log given by mistake is millions of them.
+    problems = BadLines()
     analysis = CostAnalysis()
     with gc_paused():
         for _, events, _ in blocks(args.paths, problems, lean=True):
             analysis.add(events)
         stops = analysis.stops()
-    report_problems(problems)
+    report_problems(problems.first, problems.count)
     for note in analysis.notes:
         print(f"rollout-trace: note: {note}", file=sys.stderr)
     if args.json:

@@ -7,13 +7,12 @@ import os
 import sys
 
 from .._analysis.cost import gc_paused
-from .._reading.reader import ReadProblem
 from .._timeline.document import write_document
 from .._timeline.fold import TimelineFold
 from .._timeline.model import Timeline
 from .._timeline.page import html_of
 from .command import Command
-from .common import add_paths, blocks, report_problems
+from .common import BadLines, add_paths, blocks, report_problems
 
 __all__ = ["COMMAND", "SUFFIXES"]
 
@@ -62,7 +61,8 @@ def _run(args: argparse.Namespace) -> int:
     if wrong is not None:
         print(f"rollout-trace timeline: error: {wrong}", file=sys.stderr)
         return 2
-    problems: list[ReadProblem] = []
+    # Counted, the first few kept: a text log given by mistake is millions of them.
+    problems = BadLines()
     # Each block is folded as it is read and then let go: what the timeline
     # keeps is what it draws, never the events.
     fold = TimelineFold()
@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
         for _, block, _ in blocks(args.paths, problems):
             fold.add(block)
         tl = fold.timeline()
-    report_problems(problems)
+    report_problems(problems.first, problems.count)
     for note in tl.notes:
         print(f"rollout-trace: note: {note}", file=sys.stderr)
     try:

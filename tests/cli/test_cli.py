@@ -286,3 +286,26 @@ def test_bad_lines_on_stderr_are_the_first_ten_and_a_count(
     more = [line for line in err if line.startswith("rollout-trace: ...")]
     assert more == ["rollout-trace: ... and 20 more bad line(s) (rollout-trace validate lists "
                     "every one)"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["cost", "timeline"])
+def test_bad_lines_cost_no_memory_however_many(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A text log given by mistake: every line is a bad line. Only the first
+    # few are kept to show; the others are counted.
+    log = tmp_path / "train.jsonl"
+    log.write_bytes(b"".join(b"step %d loss 0.5 lr 1e-4\n" % i for i in range(100_000)))
+    args = [command, str(log)] + (["-o", str(tmp_path / "t.json")] if command == "timeline" else [])
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        main(args)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert "99,990 more bad line(s)" in err
+    # Keeping every problem took about 40 MB.
+    assert peak < 12_000_000, peak
