@@ -24,10 +24,14 @@ from .._reading.lean import DISPATCHED, SEALED, LeanRestoreStarted
 from .._schema.decoding import AnyEvent
 from .._schema.events import RestoreStarted, TraceOpened
 from .figures import Note, StopCost, orphan_cost, stop_cost, stop_notes
-from .fold import FAST_KIND, IGNORED, ROLLOUT, First, RunFold
+from .fold import FAST_KIND, IGNORED, ROLLOUT, SEQ_LIMIT, First, RunFold
 from .siblings import E_SEQ, EXTRA, S_ATT, S_SEQ, S_TIME, SiblingTable
 
 __all__ = ["CostAnalysis", "gc_paused", "restore_costs", "RunEvents", "group_runs"]
+
+
+# The short path hands on no seq past the last one a tracer can give.
+_LAST_SEQ = SEQ_LIMIT - 1
 
 
 class CostAnalysis:
@@ -78,9 +82,11 @@ class CostAnalysis:
                 # The short path takes an event that extends the highest
                 # range: one later than every event of the run so far.
                 nxt = run.seqs.tail
+                if nxt is not None and nxt >= SEQ_LIMIT:
+                    nxt = None  # past the seqs a tracer gives: RunFold.add leaves them out
                 need_first_rollout = run.first_rollout is None
                 continue
-            nxt = seq + 1
+            nxt = seq + 1 if seq < _LAST_SEQ else None
             last = ev
             cls = type(ev)
             if need_first_rollout and cls in ROLLOUT:
@@ -117,12 +123,12 @@ class CostAnalysis:
 
     def merge(self, other: CostAnalysis) -> None:
         """Fold in another analysis of more of the same trace set."""
-        for run_id, theirs in other._runs.items():
+        for run_id, theirs in list(other._runs.items()):
             mine = self._runs.get(run_id)
             if mine is None:
-                self._runs[run_id] = theirs
-            else:
-                mine.merge(theirs)
+                # A copy: `other` stays as it was, whatever is merged later.
+                mine = self._runs[run_id] = RunFold(run_id)
+            mine.merge(theirs)
 
     def runs(self) -> list[RunFold]:
         """Every run seen, ordered by the time of its ``trace_opened``."""
@@ -139,13 +145,22 @@ class CostAnalysis:
         ordered = self.runs()
         out: list[StopCost] = []
         previous: RunFold | None = None
-        for run in ordered:
+        for i, run in enumerate(ordered):
             self.notes.extend(_run_notes(run))
             first = run.first_rollout
             if first is not None and isinstance(first.event, (RestoreStarted, LeanRestoreStarted)):
+                self.notes.extend(_skew_notes(run, first.event, ordered[i + 1 :]))
                 if previous is None:
                     out.append(orphan_cost(run, first.event))
-                    self.notes.extend(_orphan_notes(run, first.event, ordered))
+                    self.notes.append(
+                        Note(
+                            kind="no_stopped_run",
+                            run_id=run.run_id,
+                            text=f"run {run.run_id} begins with a restore from "
+                            f"{first.event.path!r} but no earlier run with rollout events is in "
+                            "the trace set: the figures of the stopped run are n/a",
+                        )
+                    )
                 else:
                     cost = stop_cost(previous, run, first.event)
                     out.append(cost)
@@ -180,7 +195,16 @@ def _run_notes(run: RunFold) -> Iterator[Note]:
             text=f"run {run.run_id}: {run.unusable:,} event(s) with a seq below 0 or above "
             "2**62 were left out (corrupt data)",
         )
-    restore, first = run.first_restore, run.first_rollout
+    finished, first = run.restore_finished, run.first_rollout
+    if finished is not None and first is not None and finished.seq == first.seq:
+        yield Note(
+            kind="restore_started_missing",
+            run_id=run.run_id,
+            text=f"run {run.run_id}'s first rollout event is restore_finished (seq "
+            f"{finished.seq}) with no restore_started before it (lost to a gap in the seqs?): "
+            "it may be a restored run, but no stop can be counted for it",
+        )
+    restore = run.first_restore
     if restore is not None and first is not None and restore.seq != first.seq:
         yield Note(
             kind="restore_not_first",
@@ -191,28 +215,19 @@ def _run_notes(run: RunFold) -> Iterator[Note]:
         )
 
 
-def _orphan_notes(run: RunFold, restore: Any, ordered: list[RunFold]) -> Iterator[Note]:
-    later = [
-        r
-        for r in ordered
-        if r is not run and (restore.path in r.snapshots or restore.path in r.checkpoints)
-    ]
-    if later:
-        other = later[0]
-        yield Note(
-            kind="clock_skew",
-            run_id=run.run_id,
-            text=f"run {run.run_id} restores {restore.path!r}, which run {other.run_id} "
-            f"published, but run {other.run_id} opened later ({_when(other)} against "
-            f"{_when(run)}): do the clocks of their hosts disagree?",
-        )
-    else:
-        yield Note(
-            kind="no_stopped_run",
-            run_id=run.run_id,
-            text=f"run {run.run_id} begins with a restore from {restore.path!r} but no earlier "
-            "run with rollout events is in the trace set: the figures of the stopped run are n/a",
-        )
+def _skew_notes(run: RunFold, restore: Any, later: list[RunFold]) -> Iterator[Note]:
+    """A run that opened after the restoring one but published what it restored."""
+    for other in later:
+        if restore.path in other.snapshots or restore.path in other.checkpoints:
+            yield Note(
+                kind="clock_skew",
+                run_id=run.run_id,
+                text=f"run {run.run_id} restores {restore.path!r}, which run {other.run_id} "
+                f"published, but run {other.run_id} opened later ({_when(other)} against "
+                f"{_when(run)}), so it is not the run the stop is counted against: do the "
+                "clocks of their hosts disagree?",
+            )
+            return
 
 
 def _when(run: RunFold) -> str:

@@ -291,8 +291,18 @@ def stop_notes(a: RunFold, b: RunFold, cost: StopCost) -> Iterator[Note]:
             text=f"run {b.run_id} opened {a.last_time - b.opened_at:.3f} s before run "
             f"{a.run_id}'s last event: two controllers at once, or clocks that disagree",
         )
-    in_flight = a.siblings().open
-    strangers = [key for key in b.resumed if key not in in_flight]
+    siblings = a.siblings()
+    in_flight = siblings.open
+    # A sibling in flight when the restored state was captured and sealed by A
+    # after it is redone, and B rightly resumes it from that state.
+    redone: set[Any] = set()
+    if cost.captured_at is not None:
+        redone = {
+            key
+            for key, sealed_at in zip(siblings.seal_keys, siblings.seal_times, strict=True)
+            if sealed_at > cost.captured_at
+        }
+    strangers = [key for key in b.resumed if key not in in_flight and pack_key(key) not in redone]
     if strangers:
         shown = ", ".join(_key(k) for k in sorted(strangers, key=repr)[:5])
         more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
@@ -300,7 +310,7 @@ def stop_notes(a: RunFold, b: RunFold, cost: StopCost) -> Iterator[Note]:
             kind="resumed_not_in_flight",
             run_id=b.run_id,
             text=f"run {b.run_id} resumed {len(strangers)} sibling(s) that run {a.run_id} did "
-            f"not have in flight at its stop: {shown}{more}",
+            f"not have in flight at its stop, nor sealed after the capture: {shown}{more}",
         )
         # Siblings match by (prompt_id, generation_index) with the JSON type
         # of the prompt id: 7 and "7" are two siblings.

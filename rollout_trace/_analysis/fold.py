@@ -209,6 +209,9 @@ class RunFold:
 
     def merge(self, other: RunFold) -> None:
         """Fold in the fold of another part of this run (another file, another process)."""
+        if other is self:  # the same part twice: every event seen twice
+            self.duplicates += self.seqs.count
+            return
         self.duplicates += other.duplicates + self.seqs.overlap(other.seqs)
         self.unusable += other.unusable
         self.seqs.update(other.seqs)

@@ -69,6 +69,9 @@ def unpack_key(key: PackedKey) -> SiblingKey:
     return key
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def new_row() -> Row:
     return [-1, -1, math.nan, -1, -1, -1, -1, math.nan, None]
 
@@ -96,8 +99,10 @@ class _Extra:
     __slots__ = ("ends", "starts")
 
     def __init__(self) -> None:
-        self.starts: list[tuple[int, int, float]] = []  # (seq, attempt, time)
-        self.ends: list[tuple[int, int]] = []  # (seq, attempt), each after the latest start
+        # By seq, so that a part merged twice adds nothing and a sibling
+        # tried thousands of times costs no scan per try.
+        self.starts: dict[int, tuple[int, float]] = {}  # seq -> (attempt, time)
+        self.ends: dict[int, int] = {}  # seq -> attempt, each after the latest start
 
 
 class SiblingTable:
@@ -105,7 +110,7 @@ class SiblingTable:
 
     __slots__ = (
         "_bits",
-        "_marked",
+        "_hashes",
         "collide",
         "r_keys",
         "r_s_att",
@@ -131,7 +136,7 @@ class SiblingTable:
         # (or shares the slot by chance): it goes into `collide`, and only
         # those keys are joined up with their records at the end.
         self._bits = bytearray(1 << 10)
-        self._marked = 0
+        self._hashes = array("q")  # each retired key's hash, to size the filter anew
         self.collide: set[SiblingKey] = set()
 
     # --- folding in -------------------------------------------------------------
@@ -154,18 +159,17 @@ class SiblingTable:
         if seq == held:
             return  # the same event again (a merge of overlapping parts)
         if seq < held:
-            if (seq, attempt, t) not in (starts := _extra(row).starts):
-                starts.append((seq, attempt, t))
+            _extra(row).starts[seq] = (attempt, t)
             return
         if held >= 0:
-            _extra(row).starts.append((held, row[S_ATT], row[S_TIME]))
+            _extra(row).starts[held] = (row[S_ATT], row[S_TIME])
         extra: _Extra | None = row[EXTRA]
         row[S_SEQ], row[S_ATT], row[S_TIME] = seq, attempt, t
         # Only ends after the latest start can end it: forget the others.
         if row[E_SEQ] < seq:
             row[E_SEQ] = row[E_ATT] = -1
         if extra is not None:
-            extra.ends = [e for e in extra.ends if e[0] > seq]
+            extra.ends = {s: a for s, a in extra.ends.items() if s > seq}
 
     def end(self, row: Row, seq: int, attempt: int) -> None:
         held = row[E_SEQ]
@@ -173,10 +177,10 @@ class SiblingTable:
             return  # before the latest start, or the same event again
         if seq > held:
             if held >= 0:
-                _extra(row).ends.append((held, row[E_ATT]))
+                _extra(row).ends[held] = row[E_ATT]
             row[E_SEQ], row[E_ATT] = seq, attempt
-        elif (seq, attempt) not in (ends := _extra(row).ends):
-            ends.append((seq, attempt))
+        else:
+            _extra(row).ends[seq] = attempt
 
     def seal(self, key: SiblingKey, row: Row, seq: int, attempt: int, t: float) -> None:
         """An ``attempt_sealed``: an end, and maybe the latest seal; retire the row if it can."""
@@ -205,6 +209,11 @@ class SiblingTable:
         z_time: float,
     ) -> None:
         """Keep a sibling tried once and sealed as numbers: its start and its seal."""
+        if not (_INT64_MIN <= s_att <= _INT64_MAX and _INT64_MIN <= z_att <= _INT64_MAX):
+            # An attempt number no array holds (corrupt, but JSON allows
+            # it): the sibling stays a live row, exactly as it was.
+            self.rows[key] = [s_seq, s_att, s_time, z_seq, z_att, z_seq, z_att, z_time, None]
+            return
         self.r_keys.append(pack_key(key))
         self.r_s_seq.append(s_seq)
         self.r_s_att.append(s_att)
@@ -212,29 +221,24 @@ class SiblingTable:
         self.r_z_seq.append(z_seq)
         self.r_z_att.append(z_att)
         self.r_z_time.append(z_time)
-        self.mark(key)
-
-    def mark(self, key: SiblingKey) -> None:
+        h = hash(key)
+        self._hashes.append(h)
         bits = self._bits
-        slot = hash(key) & ((len(bits) << 3) - 1)
+        slot = h & ((len(bits) << 3) - 1)
         bit = 1 << (slot & 7)
         if bits[slot >> 3] & bit or key in self.rows:
             self.collide.add(key)
         bits[slot >> 3] |= bit
-        self._marked += 1
         # About 16 slots a key: one key in 16 finds its bit set by chance.
-        if self._marked << 4 > len(bits) << 3:
+        if len(self._hashes) << 4 > len(bits) << 3:
             self._rebuild(len(bits) << 2)
 
     def _rebuild(self, size: int) -> None:
-        self._bits = bytearray(size)
-        self._marked = 0
+        bits = self._bits = bytearray(size)
         mask = (size << 3) - 1
-        bits = self._bits
-        for key in self.r_keys:
-            slot = hash(unpack_key(key)) & mask
+        for h in self._hashes:
+            slot = h & mask
             bits[slot >> 3] |= 1 << (slot & 7)
-        self._marked = len(self.r_keys)
 
     def merge(self, other: SiblingTable) -> None:
         """Fold in the table of another part of the same run."""
@@ -301,8 +305,8 @@ def replay(table: SiblingTable, row: Row, theirs: Row) -> None:
     ends = [(theirs[E_SEQ], theirs[E_ATT])]
     extra: _Extra | None = theirs[EXTRA]
     if extra is not None:
-        starts += extra.starts
-        ends += extra.ends
+        starts += [(seq, a, t) for seq, (a, t) in extra.starts.items()]
+        ends += list(extra.ends.items())
     for seq, attempt, t in starts:
         if seq >= 0:
             table.start(row, seq, attempt, t)
@@ -319,7 +323,7 @@ def _judge(key: SiblingKey, row: Row, out: Siblings) -> None:
         attempt = row[S_ATT]
         ended = row[E_SEQ] >= 0 and row[E_ATT] == attempt
         if not ended and extra is not None:
-            ended = any(a == attempt for _, a in extra.ends)
+            ended = attempt in extra.ends.values()
         if not ended:
             out.open[key] = row[S_TIME]
     if row[Z_SEQ] >= 0:
@@ -335,7 +339,7 @@ def _began(row: Row, extra: _Extra | None) -> float:
     if row[S_ATT] == attempt and 0 <= row[S_SEQ] < sealed:
         best = (row[S_SEQ], row[S_TIME])
     if extra is not None:
-        for seq, a, t in extra.starts:
+        for seq, (a, t) in extra.starts.items():
             if a == attempt and best[0] < seq < sealed:
                 best = (seq, t)
     return best[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import msgspec
@@ -108,6 +109,8 @@ def render(stops: list[StopCost]) -> str:
         values = [getattr(s, figure) for s in stops]
         known = [v for v in values if v is not None]
         total = sum(known) if len(known) == len(values) else None
+        if isinstance(total, float) and not math.isfinite(total):
+            total = None  # each stop's figure is finite, their sum is not
         totals.append([figure, fmt_num(total), FIGURE_ROWS[figure][0]])
     out.append(f"all {len(stops)} stop(s)")
     out.append(table(["total", "value", "unit"], totals, right=[1], indent="  "))

@@ -205,8 +205,9 @@ def test_a_restore_whose_clock_sorts_before_the_stopped_run_is_reported(
     )
     assert status == 1
     assert doc["stops"][0]["stopped_run"] is None
-    [note] = doc["notes"]
-    assert note["kind"] == "clock_skew" and run_id(1) in note["text"]
+    skew, none_before = doc["notes"]
+    assert skew["kind"] == "clock_skew" and run_id(1) in skew["text"]
+    assert none_before["kind"] == "no_stopped_run"
 
 
 def _pair(a_body: list[tuple[float, rt.Event]], b_body: list[tuple[float, rt.Event]]) -> Any:
@@ -218,8 +219,9 @@ def _pair(a_body: list[tuple[float, rt.Event]], b_body: list[tuple[float, rt.Eve
 # Each row: runs A and B, and the note kinds `cost --json` must carry.
 NOTES = [
     pytest.param(
-        # B resumes a sibling A had sealed: A did not have it in flight.
-        _pair([(160.0, disp(1, 0)), (161.0, seal(1, 0))], [(216.0, resume(1, 0))]),
+        # B resumes a sibling A had sealed before the capture: A did not have
+        # it in flight, and the restored state holds its result.
+        _pair([(140.0, disp(1, 0)), (145.0, seal(1, 0))], [(216.0, resume(1, 0))]),
         ["resumed_not_in_flight"],
         id="resumed-not-in-flight",
     ),
@@ -255,6 +257,37 @@ NOTES = [
         ),
         ["restore_not_first"],
         id="restore-not-first",
+    ),
+]
+
+
+NOTES += [
+    pytest.param(
+        # A sealed the try after the capture (redone), and B resumes it from
+        # the restored state, where it was still running: nothing to note.
+        _pair([(149.0, disp(1, 0)), (160.0, seal(1, 0))], [(216.0, resume(1, 0))]),
+        [],
+        id="redone-then-resumed-is-no-stranger",
+    ),
+    pytest.param(
+        # B's restore_started was lost (a gap): its first rollout event is
+        # restore_finished, so no stop is counted, and that is said.
+        (
+            make_run(1, 100.0, [(140.0, snapshot(2, "/s/1", 140.0)), (170.0, step(1))]),
+            make_run(2, 200.0, [(210.0, restored(2)), (220.0, disp(1, 0))]),
+        ),
+        ["restore_started_missing"],
+        id="restore-started-lost",
+    ),
+    pytest.param(
+        # A0 ran before; A, whose clock runs ahead, published what B restored.
+        (
+            make_run(3, 50.0, [(60.0, disp(9, 0))])
+            + make_run(1, 600.0, [(640.0, snapshot(2, "/s/1", 640.0)), (670.0, step(1))]),
+            make_run(2, 200.0, [(210.0, restore("/s/1", 2)), (215.0, restored(2))]),
+        ),
+        ["clock_skew"],
+        id="skew-with-an-earlier-run",
     ),
 ]
 
@@ -323,3 +356,85 @@ def test_nothing_restarted_is_zero_point_zero_seconds(
     main(["cost", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--json"])
     text = capsys.readouterr().out
     assert '"thrown_away_s": 0.0' in text
+
+
+def test_totals_that_overflow_are_na_not_inf(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two stops, each with a finite thrown_away_s near the largest float
+    # (1.797e308): 0.95e308, then twice 0.79e308.
+    e = 1e308
+    runs = [
+        make_run(1, 1.0, [(1.5, snapshot(1, "/s/1", 1.5)), (2.0, disp(1, 0)), (0.95 * e, step(3))]),
+        make_run(
+            2,
+            0.96 * e,
+            [
+                (0.97 * e, restore("/s/1", 1)),
+                (0.98 * e, restored(1)),
+                (0.99 * e, snapshot(1, "/s/2", 0.99 * e)),
+                (1.0 * e, disp(2, 0)),
+                (1.0 * e, disp(3, 0)),
+                (1.79 * e, step(3)),
+            ],
+        ),
+        make_run(3, 1.795 * e, [(1.796 * e, restore("/s/2", 1)), (1.797 * e, restored(1))]),
+    ]
+    paths = [write(tmp_path / f"r{i}.jsonl", r) for i, r in enumerate(runs)]
+    main(["cost", *map(str, paths)])
+    table = capsys.readouterr().out
+    assert "inf" not in table
+    totals = table[table.index("all 2 stop(s)") :]
+    assert "thrown_away_s" in totals and "n/a" in totals
+
+
+def test_an_attempt_number_no_array_holds_is_folded_not_crashed_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # JSON allows any integer; such an attempt stays a live row.
+    a, b = _pair([(160.0, disp(1, 0, 2**63)), (161.0, seal(1, 0, 2**63)), (162.0, disp(2, 0))], [])
+    status, doc, _ = _cost_json(
+        [write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b)], capsys
+    )
+    assert status == 0
+    assert doc["stops"][0]["in_flight"] == 1 and doc["stops"][0]["redone"] == 1
+
+
+def test_a_seq_past_the_limit_is_left_out_in_any_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = _pair([(160.0, disp(1, 0))], [])
+    late = rt.WeightsSynced(weight_version=2)
+    late.time, late.run_id, late.seq = 9000.0, run_id(1), 2**62
+    edge = rt.WeightsSynced(weight_version=1)
+    edge.time, edge.run_id, edge.seq = 175.0, run_id(1), 2**62 - 1
+    a = [*a, edge, late]
+    docs = []
+    for name, lines in (("in order", a), ("reversed", list(reversed(a)))):
+        _, doc, _ = _cost_json(
+            [write(tmp_path / f"{name}.jsonl", lines), write(tmp_path / "b.jsonl", b)], capsys
+        )
+        docs.append(doc)
+    assert docs[0] == docs[1]
+    assert docs[0]["stops"][0]["stop_time"] == 175.0
+    assert [n["kind"] for n in docs[0]["notes"]] == ["bad_seq"]
+
+
+def test_merging_keeps_the_parts_as_they_were_and_a_part_merged_twice_counts_once(
+    long_stop: tuple[list[rt.Event], list[rt.Event]],
+) -> None:
+    a, b = long_stop
+    part = CostAnalysis()
+    part.add(a)
+    before = [(r.run_id, r.last.seq if r.last else None, r.duplicates) for r in part.runs()]
+    total = CostAnalysis()
+    total.merge(part)
+    rest = CostAnalysis()
+    rest.add(b)
+    total.merge(rest)
+    total.merge(part)  # the same part again: a run read twice
+    total.merge(total)  # and the whole with itself
+    assert [(r.run_id, r.last.seq if r.last else None, r.duplicates) for r in part.runs()] == before
+    whole = CostAnalysis()
+    whole.add(a + b)
+    assert [s.to_dict() for s in total.stops()] == [s.to_dict() for s in whole.stops()]
