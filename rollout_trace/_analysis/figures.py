@@ -60,8 +60,9 @@ class Note(msgspec.Struct, frozen=True, kw_only=True):
     """Something about a trace set that bears on its figures without making one n/a.
 
     ``kind`` names the case (``read_twice``, ``bad_seq``, ``restore_not_first``,
-    ``no_stopped_run``, ``clock_skew``, ``negative_downtime``, ``overlap``,
-    ``resumed_not_in_flight``, ``prompt_id_types``); ``text`` says it in words.
+    ``restore_started_missing``, ``no_stopped_run``, ``clock_skew``,
+    ``negative_downtime``, ``overlap``, ``resumed_not_in_flight``,
+    ``prompt_id_types``); ``text`` says it in words.
     """
 
     kind: str
