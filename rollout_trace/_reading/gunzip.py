@@ -55,12 +55,18 @@ _KEPT_ASIDE = 4
 
 
 class Cut:
-    """Where the gzip stream breaks, in the middle of the text: why."""
+    """Where the gzip stream breaks, in the middle of the text: why.
 
-    __slots__ = ("reason",)
+    ``torn`` when the break is a kill's mark (a member with no end), which a
+    reader must expect; False for damage and for bytes that could not be read
+    with trust, which lose events nobody killed.
+    """
 
-    def __init__(self, reason: str) -> None:
+    __slots__ = ("reason", "torn")
+
+    def __init__(self, reason: str, *, torn: bool = True) -> None:
         self.reason = reason
+        self.torn = torn
 
 
 # A step of the walk: text and Cuts out, then the member to go on with
@@ -477,7 +483,7 @@ class _Reader:
                 if skip < len(out):
                     cur.took(out[skip:])
                     yield out[skip:]
-            yield Cut(reason)
+            yield Cut(reason, torn=False)
             self._skip_to_header()
             return None
         cur.at_batch_end = piece.endswith(_SYNC) and cur.tail.endswith(b"\n")
@@ -527,7 +533,7 @@ class _Reader:
             raw.pos = end  # zeros at the end: a file system's padding after a crash
             return None
         found = self._skip_to_header()
-        yield Cut(f"bytes {start:,}-{raw.offset():,} are not gzip data")
+        yield Cut(f"bytes {start:,}-{raw.offset():,} are not gzip data", torn=False)
         return _Member(raw.offset()) if found else None
 
     def _whose(self, cur: _Member, piece: bytes, start: int) -> _Step:
@@ -553,7 +559,8 @@ class _Reader:
             yield Cut(
                 f"gzip bytes from {start:,} go on none of the members begun before them, or "
                 "on more than one (two writers appending to one file at once, or damage); "
-                "skipped to the next member"
+                "skipped to the next member",
+                torn=False,
             )
             self.aside.clear()
             self._skip_to_header()

@@ -162,7 +162,7 @@ def _decode_many(payload: bytes, count: int, many: _Many) -> list[AnyEvent] | No
     decoder, check = many
     try:
         events: list[AnyEvent] = decoder.decode(payload)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested too deep: read line by line
         return None
     # A line holding `{..},{..}` would decode as two events.
     if len(events) != count:
@@ -291,7 +291,7 @@ class _Lines:
     ) -> Iterator[tuple[str, list[AnyEvent], Sequence[int]]]:
         for chunk in chunks:
             if isinstance(chunk, Cut):
-                yield from self._cut(chunk.reason)
+                yield from self._cut(chunk.reason, torn=chunk.torn)
             else:
                 yield from self._chunk(chunk)
         if self.pieces:
@@ -346,7 +346,7 @@ class _Lines:
             self.skipping = True
 
     def _cut(
-        self, why: str, *, eof: bool = False
+        self, why: str, *, eof: bool = False, torn: bool = True
     ) -> Iterator[tuple[str, list[AnyEvent], Sequence[int]]]:
         """The text breaks here (a gzip member cut short, or the end): the line
         under way, if any, is torn."""
@@ -355,8 +355,8 @@ class _Lines:
         if rest:
             # A whole line that only lacks its newline is kept as it is.
             block.line(rest, self.line_no, torn=True, why_torn=why)
-        if not eof and (not rest or block.events):
-            block.problem(self.line_no, why, torn=True)
+        if not eof and (not rest or block.events or not torn):
+            block.problem(self.line_no, why, torn=torn)
         if rest or self.skipping:
             self.line_no += 1
         self.pieces, self.held, self.skipping = [], 0, False

@@ -90,6 +90,15 @@ def envelope_problem(time: float, run_id: str, seq: int) -> str | None:
 
 def decode_one(raw: bytes) -> tuple[AnyEvent | None, str | None]:
     """One line to an event (``UnknownEvent`` for an unknown tag), or why it is not one."""
+    try:
+        return _decode_one(raw)
+    except RecursionError:
+        # msgspec refuses JSON nested deeper than it can walk.
+        return None, "not JSON: nested too deeply to read"
+
+
+def _decode_one(raw: bytes) -> tuple[AnyEvent | None, str | None]:
+    """One line to an event (``UnknownEvent`` for an unknown tag), or why it is not one."""
     one, _ = REGISTRY.decoders()
     # ValidationError subclasses DecodeError, so it must be caught first. Only
     # the message is kept: an exception kept past its `except` holds its
@@ -116,7 +125,10 @@ def decode_one(raw: bytes) -> tuple[AnyEvent | None, str | None]:
         return ev, None
     if env.event in REGISTRY.tags():
         return None, bounded(f"bad {env.event!r} event: {invalid}")
-    raw_obj = _generic.decode(raw)
+    try:
+        raw_obj = _generic.decode(raw)
+    except msgspec.DecodeError as exc:  # e.g. bytes that are not UTF-8 in a field
+        return None, bounded(f"not JSON: {exc}")
     fields = {k: v for k, v in raw_obj.items() if k not in _ENVELOPE_KEYS}
     return UnknownEvent(
         event=env.event, time=env.time, run_id=env.run_id, seq=env.seq, fields=fields

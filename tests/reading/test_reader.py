@@ -171,12 +171,13 @@ def test_a_plain_file_whose_first_line_looks_like_gzip_is_read_as_lines(
     assert "not JSON" in found[0].reason
 
 
-def test_a_gz_file_that_is_not_gzip_is_one_torn_problem(tmp_path: Path) -> None:
+def test_a_gz_file_that_is_not_gzip_is_one_problem_and_not_a_torn_one(tmp_path: Path) -> None:
+    # Damage is no kill's mark: an error for validate, not a warning.
     path = tmp_path / "t.jsonl.gz"  # named gzip: its bytes are not taken for lines
     path.write_bytes(b"\x1f\x8b\n" + GOOD)
     found: list[ReadProblem] = []
     assert list(read(path, problems=found)) == []
-    assert [(p.line, p.torn) for p in found] == [(1, True)]
+    assert [(p.line, p.torn) for p in found] == [(1, False)]
     assert "corrupt gzip data" in found[0].reason
 
 
@@ -223,3 +224,52 @@ def test_events_round_trip_through_msgspec(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_bytes(GOOD)
     assert [msgspec.json.encode(e) for e in read(path)] == GOOD.splitlines()
+
+
+# Each row: a line that once crashed every command with a traceback.
+CRASHERS = [
+    # A user event with a byte that is not UTF-8 in one of its fields.
+    pytest.param(
+        b'{"event":"gpu_sample","time":101.5,"run_id":"%s","seq":9,"note":"caf\xe9"}'
+        % run_id(1).encode(),
+        id="latin-1-byte",
+    ),
+    # Nested deeper than msgspec walks, with no event key at all.
+    pytest.param(b"[" * 2000 + b"]" * 2000, id="deep-array"),
+    # A trace_opened whose meta is nested that deep.
+    pytest.param(
+        b'{"event":"trace_opened","time":100.0,"run_id":"%s","seq":0,"schema":1,'
+        b'"sdk_version":"0","pid":1,"host":"h","meta":%s}'
+        % (run_id(2).encode(), b'{"a":' * 2000 + b"1" + b"}" * 2000),
+        id="deep-meta",
+    ),
+]
+
+
+@pytest.mark.parametrize("line", CRASHERS)
+def test_a_line_msgspec_refuses_is_skipped_and_said(line: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    # In a block of its own and among 40 good lines (the block decoder).
+    path.write_bytes(line + b"\n" + GOOD * 10 + line + b"\n")
+    found: list[ReadProblem] = []
+    events = list(read(path, problems=found))
+    assert len(events) == 40
+    assert [p.line for p in found] == [1, 42]
+    assert all(not p.torn for p in found)
+
+
+def test_damage_inside_a_gzip_member_is_an_error_not_a_torn_line(tmp_path: Path) -> None:
+    # A killed writer leaves a member with no end (torn, a warning); bytes
+    # damaged in the middle lose events nobody killed, and must say so.
+    run = make_run(3, 100.0, [(100.0 + i, disp(i, 0)) for i in range(300)], closed=500.0)
+    data = gzip.compress(lines(run))
+    lost_somewhere = 0
+    for at in range(20, len(data) - 40, max(1, len(data) // 30)):
+        path = tmp_path / f"damaged-{at}.jsonl.gz"
+        path.write_bytes(data[:at] + b"\x55" * 20 + data[at + 20 :])
+        found: list[ReadProblem] = []
+        got = list(read(path, problems=found))
+        if len(got) < len(run):
+            lost_somewhere += 1
+            assert any(not p.torn for p in found), (at, [str(p) for p in found])
+    assert lost_somewhere > 10
