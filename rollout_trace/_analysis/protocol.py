@@ -212,7 +212,7 @@ class AttemptLog:
         except OverflowError:  # past a million files
             self._where = [*self._where, where << _KIND_BITS | kind]
 
-    def check(self, place: Callable[[int], str]) -> Iterator[tuple[int, str, str]]:
+    def check(self, place: Callable[[int], str]) -> Iterator[tuple[int, str, str, str]]:
         """Each break of the attempt rules: where, which sibling, and what is wrong.
 
         ``place`` names a packed place (``where_of``) for the messages, e.g. ``file:line``.
@@ -230,7 +230,7 @@ class AttemptLog:
 
     def _check_sibling(
         self, key: SiblingKey, chain: list[int], place: Callable[[int], str]
-    ) -> Iterator[tuple[int, str, str]]:
+    ) -> Iterator[tuple[int, str, str, str]]:
         states: dict[int, _State] = {}
         top = -1  # the highest attempt started, and where
         top_at = -1
@@ -241,9 +241,11 @@ class AttemptLog:
             if state is None:
                 state = states[attempt] = _State()
             if kind == DISPATCHED:
-                reason = _dispatch_break(attempt, state, top, top_at, place)
-                if reason is not None:
-                    yield where, f"prompt_id {key[0]!r}, generation_index {key[1]}", reason
+                found = _dispatch_break(attempt, state, top, top_at, place)
+                if found is not None:
+                    severity, reason = found
+                    sibling = f"prompt_id {key[0]!r}, generation_index {key[1]}"
+                    yield where, sibling, severity, reason
                 state.flags = _OPEN
                 state.start = where
             elif kind == RESUMED:
@@ -259,28 +261,32 @@ class AttemptLog:
 
 def _dispatch_break(
     attempt: int, state: _State, top: int, top_at: int, place: Callable[[int], str]
-) -> str | None:
-    """What is wrong with dispatching ``attempt`` now, if anything."""
+) -> tuple[Literal["error", "warning"], str] | None:
+    """What is wrong with dispatching ``attempt`` now, if anything, and how badly."""
     if state.flags & _RESUMED:
-        return (
+        return "error", (
             f"attempt {attempt} dispatched after attempt_resumed of the same attempt "
             f"(at {place(state.start)}); a resumed try goes on without a new dispatch, and one "
             "that starts over is abandoned (reason restart) and dispatched with the next number"
         )
     if state.flags & _OPEN:
-        return (
+        return "error", (
             f"attempt {attempt} dispatched again while it is open (at {place(state.start)}, with "
             "no attempt_sealed, attempt_refused or attempt_abandoned since); expected the "
             "try to end first, and a retry to take the next number"
         )
     if top_at >= 0 and top > attempt:
-        return (
+        return "error", (
             f"attempt numbers go back: attempt {attempt} dispatched after attempt {top} "
             f"started (at {place(top_at)}); a retry takes the next number, {top + 1}"
         )
     if state.flags & _ENDED:
-        return (
+        # A warning: a controller that numbers tries per group from 0 does this
+        # when a later epoch reserves the same prompt again (the README's own
+        # example does), which only a new group_id tells apart from a reuse.
+        return "warning", (
             f"attempt {attempt} dispatched again after it ended (at {place(state.end)}); "
-            f"a retry takes the next number, {max(top, attempt) + 1}"
+            f"a retry takes the next number, {max(top, attempt) + 1} (unless this is a new "
+            "group of the same prompt, e.g. in a later epoch)"
         )
     return None

@@ -291,11 +291,11 @@ class Validator:
                 "sinks) and count once",
             )
         breaks = sorted(run.attempts.check(self._place))
-        for where, sibling, reason in breaks:
+        for where, sibling, severity, reason in breaks:
             index, line = split_where(where)
             self._emit(
                 Finding(
-                    severity="error",
+                    severity="error" if severity == "error" else "warning",
                     file=self._names[index],
                     line=line,
                     reason=f"run {stats.run_id}, sibling ({sibling}): {reason}",
