@@ -12,6 +12,7 @@ begins with a restore with the run before it, computes the figures
 
 from __future__ import annotations
 
+import bisect
 import gc
 import math
 from collections.abc import Iterable, Iterator
@@ -145,11 +146,16 @@ class CostAnalysis:
         ordered = self.runs()
         out: list[StopCost] = []
         previous: RunFold | None = None
+        # path -> the places in `ordered` of the runs that published it
+        published: dict[str, list[int]] = {}
+        for i, run in enumerate(ordered):
+            for path in {*run.snapshots, *run.checkpoints}:
+                published.setdefault(path, []).append(i)
         for i, run in enumerate(ordered):
             self.notes.extend(_run_notes(run))
             first = run.first_rollout
             if first is not None and isinstance(first.event, (RestoreStarted, LeanRestoreStarted)):
-                self.notes.extend(_skew_notes(run, first.event, ordered[i + 1 :]))
+                self.notes.extend(_skew_notes(run, first.event, i, ordered, published))
                 if previous is None:
                     out.append(orphan_cost(run, first.event))
                     self.notes.append(
@@ -215,19 +221,22 @@ def _run_notes(run: RunFold) -> Iterator[Note]:
         )
 
 
-def _skew_notes(run: RunFold, restore: Any, later: list[RunFold]) -> Iterator[Note]:
+def _skew_notes(
+    run: RunFold, restore: Any, place: int, ordered: list[RunFold], published: dict[str, list[int]]
+) -> Iterator[Note]:
     """A run that opened after the restoring one but published what it restored."""
-    for other in later:
-        if restore.path in other.snapshots or restore.path in other.checkpoints:
-            yield Note(
-                kind="clock_skew",
-                run_id=run.run_id,
-                text=f"run {run.run_id} restores {restore.path!r}, which run {other.run_id} "
-                f"published, but run {other.run_id} opened later ({_when(other)} against "
-                f"{_when(run)}), so it is not the run the stop is counted against: do the "
-                "clocks of their hosts disagree?",
-            )
-            return
+    places = published.get(restore.path, [])
+    later = bisect.bisect_right(places, place)
+    if later < len(places):
+        other = ordered[places[later]]
+        yield Note(
+            kind="clock_skew",
+            run_id=run.run_id,
+            text=f"run {run.run_id} restores {restore.path!r}, which run {other.run_id} "
+            f"published, but run {other.run_id} opened later ({_when(other)} against "
+            f"{_when(run)}), so it is not the run the stop is counted against: do the "
+            "clocks of their hosts disagree?",
+        )
 
 
 def _when(run: RunFold) -> str:
