@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from collections.abc import Callable
 from html import escape
 
-from .labels import Layout, text_box
-from .model import OUTCOME_LABELS, Attempt, Mark, RunLine, Timeline, stop_figures
+from .axis import LEFT, PLOT_W, WIDTH, Scale, fmt_rel, nice_step
+from .labels import Layout, fit, text_box
+from .marks import Mark, MarkTable
+from .model import OUTCOME_LABELS, Attempt, RunLine, Timeline, stop_figures
 
 __all__ = ["COLOURS", "PRIORITY", "Chart", "Scale", "draw_chart", "fmt_rel"]
 
@@ -53,10 +54,6 @@ _CODE = {o: i + 1 for i, o in enumerate(PRIORITY)}
 _RUNS_OF_EQUAL = re.compile(rb"([^\x00])\1*")
 _RUNS_OF_ONES = re.compile(rb"\x01+")
 
-WIDTH = 1040
-LEFT = 176
-RIGHT = 16
-PLOT_W = WIDTH - LEFT - RIGHT
 AXIS_H = 30
 MARK_H = 30
 BAND_GAP = 18
@@ -69,6 +66,12 @@ DETAIL_TOTAL = 6000
 TICK_PX, LAB_PX, SUB_PX, STEP_PX, RESTORE_PX, STOP_PX, DOWN_PX = 11, 12, 11, 10, 10, 11, 12
 # Baselines of a run's four gutter lines, from the top of its band.
 _GUTTER = (13.0, 27.0, 40.0, 53.0)
+# The gutter's text starts here and ends this far left of the plot.
+_GUTTER_X = 8.0
+_GUTTER_GAP = 6.0
+# The marks the chart draws (group events and lifecycle events are in the
+# JSON document only).
+_DRAWN = ("step", "weights", "checkpoint", "snapshot")
 
 Band = tuple[RunLine, float, float, int, float]  # run, top, height, rows, row height
 
@@ -131,54 +134,6 @@ _CLASS_ANCHOR = {
 }
 
 
-class Scale:
-    """Time to x, safe at the ends of the float range.
-
-    Halves are subtracted, not times: ``t1 - t0`` overflows to infinity for
-    times such as -1e308 and 1.7e308, while ``t1/2 - t0/2`` does not, and
-    halving is exact, so ordinary times map as before.
-    """
-
-    def __init__(self, t0: float, t1: float) -> None:
-        self.t0_half = t0 * 0.5
-        half = t1 * 0.5 - self.t0_half
-        self.half_span = half if half > 0 else 0.5e-6
-
-    def __call__(self, t: float) -> float:
-        v = LEFT + (t * 0.5 - self.t0_half) / self.half_span * PLOT_W
-        if not v >= LEFT - 1:  # NaN too
-            return LEFT - 1.0
-        return min(v, WIDTH - RIGHT + 1.0)
-
-
-def fmt_rel(s: float, step: float = 0.0) -> str:
-    """Seconds since the time origin as ``12.5 s``, ``4:05`` or ``1:04:05``."""
-    if not math.isfinite(s):
-        # Times at the ends of the float range are further apart than a float.
-        return f"{'-' if s < 0 else ''}more than {sys.float_info.max:.3g} s"
-    if abs(s) >= 1e9:
-        return f"{s:.3g} s"
-    if step and step < 1:
-        return f"{s:.1f} s"
-    if abs(s) < 60 and (not step or step < 60):
-        return f"{s:.1f} s" if s % 1 else f"{s:.0f} s"
-    sign = "-" if s < 0 else ""
-    whole = round(abs(s))
-    h, rest = divmod(whole, 3600)
-    m, sec = divmod(rest, 60)
-    return f"{sign}{h}:{m:02d}:{sec:02d}" if h else f"{sign}{m}:{sec:02d}"
-
-
-def _nice_step(target: float) -> float:
-    """A round tick step of at least ``target`` seconds."""
-    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600):
-        if step >= target:
-            return float(step)
-    if target <= 3600e6:
-        return 3600.0 * math.ceil(target / 3600)
-    return 10.0 ** math.ceil(math.log10(target))
-
-
 def draw_chart(tl: Timeline) -> Chart:
     chart = Chart()
     x = Scale(tl.t0, tl.t1)
@@ -224,7 +179,7 @@ def draw_chart(tl: Timeline) -> Chart:
 
 def _axis(chart: Chart, x: Scale, h: float) -> None:
     # In halves, like Scale: the span itself may be past the float range.
-    step = _nice_step(x.half_span / 4)
+    step = nice_step(x.half_span / 4)
     k = 0
     while k * step * 0.5 <= x.half_span * (1 + 1e-9):
         xx = LEFT + k * step * 0.5 / x.half_span * PLOT_W
@@ -292,20 +247,32 @@ def _band(
         f'<rect x="{x0:.1f}" y="{top:.1f}" width="{max(x1 - x0, 1):.1f}" height="{height:.1f}" '
         'class="band"/>'
     )
-    state = "closed cleanly" if run.closed else "no trace_closed (killed?)"
     host = run.host if run.host is not None else "unknown host"
     pid = run.pid if run.pid is not None else "?"
+    number, attempts = run.index + 1, len(run.attempts)
+    state = ("closed cleanly", "sub") if run.closed else ("not closed (killed?)", "warn")
     lines = [
-        (f"run {run.index + 1} · {host[:18]}", "lab", LAB_PX),
+        (f"run {number} · {host}", "lab", LAB_PX),
         (f"pid {pid} · {run.run_id[:8]}", "sub", SUB_PX),
-        (f"{len(run.attempts):,} attempts · {run.lanes} lanes", "sub", SUB_PX),
-        (state, "sub" if run.closed else "warn", SUB_PX),
+        (f"{attempts:,} attempts · {run.lanes} lanes", "sub", SUB_PX),
+        (*state, SUB_PX),
     ]
-    full = f"run {run.run_id} on {host}, pid {pid}: {state}"
+    # Each line in full in the group's title: a long host name, pid or count
+    # is cut short on the chart, so that it stays left of the plot.
+    full = (
+        f"run {number}: {run.run_id}\nhost {host}, pid {pid}\n"
+        f"{attempts:,} attempts in {run.lanes} lanes\n"
+        + ("closed cleanly" if run.closed else "no trace_closed (killed?)")
+    )
+    width = LEFT - _GUTTER_GAP - _GUTTER_X
     p.append(f"<g><title>{escape(full)}</title>")
     for (text, cls, size), dy in zip(lines, _GUTTER, strict=True):
-        chart.layout.take(text_box(8, top + dy, text, size, "start", cls == "lab"))
-        p.append(f'<text x="8" y="{top + dy:.1f}" class="{cls}">{escape(text)}</text>')
+        bold = cls == "lab"
+        shown = fit(text, size, width, bold)
+        chart.layout.take(text_box(_GUTTER_X, top + dy, shown, size, "start", bold))
+        p.append(
+            f'<text x="{_GUTTER_X:.0f}" y="{top + dy:.1f}" class="{cls}">{escape(shown)}</text>'
+        )
     p.append("</g>")
     lanes_top = top + MARK_H
     _marks(p, run.marks, x, top, lanes_top + rows * row_h)
@@ -457,18 +424,19 @@ def _raster(
             )
 
 
-def _marks(p: list[str], marks: list[Mark], x: Scale, top: float, bottom: float) -> None:
+def _marks(p: list[str], marks: MarkTable, x: Scale, top: float, bottom: float) -> None:
     seen: dict[str, set[int]] = {}
-    guides = sum(m.kind == "step" for m in marks) <= PLOT_W / 40
-    for m in marks:
-        if m.kind not in ("step", "weights", "checkpoint", "snapshot"):
-            continue
-        mx = x(m.time)
-        # Many marks in one pixel column draw as one.
-        column = seen.setdefault(m.kind, set())
+    guides = marks.count("step") <= PLOT_W / 40
+    times = marks.times
+    for i in marks.rows(_DRAWN):
+        mx = x(times[i])
+        # Many marks in one pixel column draw as one (the first by seq): a
+        # mark is made only for those drawn.
+        column = seen.setdefault(marks.kind(i), set())
         if int(mx) in column:
             continue
         column.add(int(mx))
+        m = marks.mark(i)
         title = escape(_mark_title(m))
         if m.kind == "step":
             p.append(f"<g><title>{title}</title>")
@@ -505,17 +473,15 @@ def _marks(p: list[str], marks: list[Mark], x: Scale, top: float, bottom: float)
             )
 
 
-def _step_labels(chart: Chart, marks: list[Mark], x: Scale, top: float) -> None:
+def _step_labels(chart: Chart, marks: MarkTable, x: Scale, top: float) -> None:
     """Step numbers over their ticks, left to right, each only where it has room."""
     done: set[int] = set()
-    for m in marks:
-        if m.kind != "step":
-            continue
-        mx = x(m.time)
+    for i in marks.rows(("step",)):
+        mx = x(marks.times[i])
         if int(mx) in done:
             continue
         done.add(int(mx))
-        chart.try_label([(mx, top + 10, "middle")], str(m.values[0]), "steplab", STEP_PX)
+        chart.try_label([(mx, top + 10, "middle")], str(marks.a[i]), "steplab", STEP_PX)
 
 
 def _mark_title(m: Mark) -> str:

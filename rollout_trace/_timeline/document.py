@@ -117,6 +117,8 @@ def _tail(tl: Timeline) -> dict[str, Any]:
             "time_origin_unix_s": tl.t0,
             "runs": len(tl.runs),
             "attempts": tl.attempt_count,
+            # What the restore-cost analysis noted, as `rollout-trace cost --json` lists it.
+            "notes": [msgspec.to_builtins(n) for n in tl.notes],
         },
     }
 
@@ -165,7 +167,7 @@ def _metadata(run: RunLine, pid: int) -> list[dict[str, Any]]:
         _meta("process_labels", pid, 0, {"labels": run.run_id}),
     ]
     tracks = [(_CONTROLLER, "controller")]
-    kinds = {m.kind for m in run.marks}
+    kinds = run.marks.kinds()
     if "group" in kinds:
         tracks.append((_GROUPS, "groups"))
     if "other" in kinds:

@@ -3,13 +3,26 @@
 ``TimelineFold.add`` takes blocks of events as the reader gives them (any
 order of files, runs and lines) and feeds each block to the restore-cost
 analysis (``CostAnalysis``) and to a fold per run that keeps only what is
-drawn: one ``Attempt`` record per try, a ``Mark`` per step, weight sync,
-checkpoint, snapshot, group event and lifecycle event, the restores, and at
-most ``OTHER_PER_RUN`` events of kinds this timeline does not know (those with
-the lowest seq). ``timeline`` then resolves what needs the whole run: an
-attempt's start and end are matched by seq, so the result is the same whatever
-order the lines came in (a trace set is a set), and a line read twice (the
-same run in two files) counts once.
+drawn. ``timeline`` then resolves what needs the whole run: an attempt's
+start and end are matched by seq, so the result is the same whatever order
+the lines came in (a trace set is a set), and a line read twice (the same run
+in two files) counts once.
+
+What is kept, per run (the bound on memory; the events are never held):
+
+- one ``Attempt`` record per try (the document draws every try);
+- one row of a ``marks.MarkTable`` per step, weight sync, checkpoint,
+  snapshot, group event and lifecycle event, about 40 bytes beside its values
+  (the document draws every one; the page draws steps, syncs, checkpoints
+  and snapshots at most one per pixel column, and no group events); a line
+  read twice holds two rows until the run is drawn;
+- the restores;
+- at most ``OTHER_PER_RUN`` events of kinds this timeline does not know,
+  those with the lowest seq, whatever order they arrive in.
+
+A line whose seq is below 0 or at or above ``SEQ_LIMIT`` is left out, as the
+restore-cost analysis leaves it out (and notes it): the bars and the figures
+count the same lines, in any order.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ from collections.abc import Iterable
 from typing import Any, Union
 
 from .._analysis.cost import CostAnalysis, gc_paused
+from .._analysis.fold import SEQ_LIMIT
 from .._schema.decoding import AnyEvent, UnknownEvent
 from .._schema.events import (
     AttemptAbandoned,
@@ -42,7 +56,22 @@ from .._schema.events import (
     WeightsSynced,
 )
 from .fates import mark_fates
-from .model import OUTCOMES, Attempt, Mark, Restore, RunLine, Timeline, pack_lanes
+from .marks import (
+    CHECKPOINT,
+    CLOSED,
+    GROUP_ADMITTED,
+    GROUP_DISCARDED,
+    GROUP_RESERVED,
+    GROUP_SEALED,
+    OPENED,
+    OTHER,
+    SNAPSHOT,
+    STEP,
+    WEIGHTS,
+    Mark,
+    MarkTable,
+)
+from .model import OUTCOMES, Attempt, Restore, RunLine, Timeline, pack_lanes
 
 __all__ = ["OTHER_PER_RUN", "TimelineFold", "build_timeline"]
 
@@ -61,13 +90,12 @@ _ATTEMPT_CODE: dict[type[Any], int] = {
     AttemptRefused: _REFUSED,
     AttemptAbandoned: _ABANDONED,
 }
-_GROUP_KEYS: dict[type[Any], tuple[str, ...]] = {
-    GroupReserved: ("group_id", "prompt_id", "size", "weight_version", "target_step"),
-    GroupAdmitted: ("group_id", "prompt_id"),
-    GroupSealed: ("group_id", "prompt_id"),
-    GroupDiscarded: ("group_id", "prompt_id", "reason"),
+_GROUP_CODE: dict[type[Any], int] = {
+    GroupReserved: GROUP_RESERVED,
+    GroupAdmitted: GROUP_ADMITTED,
+    GroupSealed: GROUP_SEALED,
+    GroupDiscarded: GROUP_DISCARDED,
 }
-_GROUP_NAME = {cls: str(cls.__struct_config__.tag).replace("_", " ") for cls in _GROUP_KEYS}
 _ENVELOPE = frozenset({"time", "run_id", "seq"})
 
 # An attempt event of a tangled try, kept until the run is whole:
@@ -100,6 +128,7 @@ class _Run:
         "marks",
         "max_time",
         "names",
+        "opened",
         "others",
         "others_cut",
         "others_heap",
@@ -122,7 +151,9 @@ class _Run:
         # read twice with a changed time) moves to `tangled` as items.
         self.tries: dict[_Key, Attempt] = {}
         self.tangled: dict[_Key, list[_Item]] = {}
-        self.marks: list[Mark] = []
+        self.marks = MarkTable()
+        # The (seq, time) of the run's first trace_opened: where it is ordered.
+        self.opened: tuple[int, float] | None = None
         self.others: dict[int, Mark] = {}
         self.others_heap: list[int] = []  # the kept others' seqs, negated
         self.others_cut = False
@@ -251,49 +282,40 @@ class _Run:
     def other(self, ev: Any) -> None:
         t, seq = ev.time, ev.seq
         cls = type(ev)
-        marks = self.marks
+        add = self.marks.add
         if cls is StepTrained:
-            marks.append(
-                Mark(
-                    "step",
-                    t,
-                    f"step {ev.step}",
-                    ("step", "groups"),
-                    (ev.step, ev.group_ids),
-                    None,
-                    seq,
-                )
-            )
+            groups = ev.group_ids
+            if type(groups) is list:
+                # A step names the groups it trained on, which group events
+                # name too: one string per id, not one per line.
+                groups = [self._name(g) if type(g) is str else g for g in groups]
+            add(STEP, seq, t, ev.step, groups)
         elif cls is WeightsSynced:
-            v = ev.weight_version
-            marks.append(Mark("weights", t, f"weights v{v}", ("weight_version",), (v,), None, seq))
-        elif cls in _GROUP_KEYS:
-            keys = _GROUP_KEYS[cls]
-            values = tuple(getattr(ev, k) for k in keys)
-            values = (self._name(values[0]), *values[1:])
-            marks.append(Mark("group", t, _GROUP_NAME[cls], keys, values, None, seq))
+            add(WEIGHTS, seq, t, ev.weight_version)
+        elif cls in _GROUP_CODE:
+            code = _GROUP_CODE[cls]
+            gid = ev.group_id
+            gid = self._name(gid) if type(gid) is str else gid
+            if cls is GroupReserved:
+                add(code, seq, t, gid, (ev.prompt_id, ev.size, ev.weight_version, ev.target_step))
+            elif cls is GroupDiscarded:
+                add(code, seq, t, gid, (ev.prompt_id, self._name(ev.reason)))
+            else:
+                add(code, seq, t, gid, ev.prompt_id)
         elif cls is TrainerCheckpointPublished:
-            name = f"checkpoint step {ev.step}"
-            marks.append(
-                Mark("checkpoint", t, name, ("step", "path"), (ev.step, ev.path), None, seq)
-            )
+            add(CHECKPOINT, seq, t, ev.step, ev.path)
         elif cls is SnapshotPublished:
-            keys = ("step", "path", "captured_at")
-            values = (ev.step, ev.path, ev.captured_at)
-            name = f"snapshot step {ev.step}"
-            marks.append(Mark("snapshot", t, name, keys, values, ev.captured_at, seq))
+            add(SNAPSHOT, seq, t, ev.step, (ev.path, ev.captured_at))
         elif cls is RestoreStarted:
             self.restore_items.append((seq, 0, t, ev.path, ev.step))
         elif cls is RestoreFinished:
             self.restore_items.append((seq, 1, t, "", ev.step))
         elif cls is TraceOpened:
-            keys = ("host", "pid", "sdk_version", "meta")
-            values = (ev.host, ev.pid, ev.sdk_version, ev.meta)
-            marks.append(Mark("opened", t, "trace opened", keys, values, None, seq))
+            add(OPENED, seq, t, (ev.host, ev.pid, ev.sdk_version, ev.meta))
+            if self.opened is None or (seq, t) < self.opened:
+                self.opened = (seq, t)
         elif cls is TraceClosed:
-            keys = ("emitted", "written", "dropped", "invalid")
-            values = (ev.emitted, ev.written, ev.dropped, ev.invalid)
-            marks.append(Mark("closed", t, "trace closed", keys, values, None, seq))
+            add(CLOSED, seq, t, (ev.emitted, ev.written, ev.dropped, ev.invalid))
         elif isinstance(ev, UnknownEvent):
             fields = ev.fields
             self._keep_other(
@@ -309,7 +331,12 @@ class _Run:
     def _keep_other(self, mark: Mark) -> None:
         """Keep the ``OTHER_PER_RUN`` lowest seqs: the same ones in any order of arrival."""
         seq = mark.seq
-        if seq in self.others:
+        held = self.others.get(seq)
+        if held is not None:
+            # The same line again, or two lines that share a seq: the one
+            # kept must not depend on which came first.
+            if _other_rank(mark) < _other_rank(held):
+                self.others[seq] = mark
             return
         heap = self.others_heap
         if len(heap) < OTHER_PER_RUN:
@@ -345,14 +372,16 @@ class _Run:
         self.tries, self.tangled = {}, {}
         _sort_attempts(attempts)
         run.attempts = attempts
-        marks = [*self.marks, *self.others.values()]
-        marks.sort(key=lambda m: (m.seq, m.kind, m.name, m.time))
-        run.marks = [next(group) for _, group in itertools.groupby(marks, key=lambda m: m.seq)]
-        for m in run.marks:
-            if m.kind == "opened" and run.host is None:
-                run.host, run.pid = m.values[0], m.values[1]
-            elif m.kind == "closed":
-                run.closed = True
+        marks = self.marks
+        for mark in self.others.values():
+            marks.add(OTHER, mark.seq, mark.time, mark)
+        self.others, self.others_heap = {}, []
+        marks.finish()
+        run.marks = marks
+        for i in marks.rows(("opened",)):
+            if run.host is None:
+                run.host, run.pid = marks.a[i][0], marks.a[i][1]
+        run.closed = marks.count("closed") > 0
         run.restores = _restores(self.restore_items)
         return run
 
@@ -360,8 +389,13 @@ class _Run:
     def order(self) -> tuple[float, str]:
         # Runs are ordered as the cost analysis orders them (README: Reference >
         # Restore-cost figures): by their trace_opened, else their first event.
-        opened = min(((m.seq, m.time) for m in self.marks if m.kind == "opened"), default=None)
+        opened = self.opened
         return (opened[1] if opened is not None else self.first_seq_time, self.run_id)
+
+
+def _other_rank(m: Mark) -> tuple[str, bool, float, str]:
+    t = m.time
+    return (m.name, t != t, t if t == t else 0.0, repr(m.values))
 
 
 def _sort_attempts(attempts: list[Attempt]) -> None:
@@ -419,7 +453,13 @@ class TimelineFold:
         tries: dict[_Key, Attempt] = {}
         names: dict[str, str] = {}
         attempt_code = _ATTEMPT_CODE.get
+        limit = SEQ_LIMIT
         for ev in block:
+            seq = ev.seq
+            if not 0 <= seq < limit:
+                # Left out, as the cost analysis leaves it out (and notes it):
+                # drawn, it would be a try or an end the figures do not count.
+                continue
             if ev.run_id != run_id:
                 run_id = ev.run_id
                 run = runs.get(run_id)
@@ -427,7 +467,7 @@ class TimelineFold:
                     run = runs[run_id] = _Run(run_id, ev.time)
                 tries, names = run.tries, run.names
             assert run is not None
-            t, seq = ev.time, ev.seq
+            t = ev.time
             if t < run.first_time:
                 run.first_time = t
             elif t > run.max_time:
@@ -464,7 +504,7 @@ class TimelineFold:
     def timeline(self) -> Timeline:
         """The timeline of everything added; the fold lets go of its state."""
         stops = self.cost.stops()
-        notes = [str(n) for n in self.cost.notes]
+        notes = list(self.cost.notes)
         self.cost = CostAnalysis()
         folds = sorted(self._runs.values(), key=lambda r: r.order)
         runs = [f.line() for f in folds]
@@ -474,7 +514,7 @@ class TimelineFold:
         self._runs = {}
         mark_fates(runs, stops)
         times = [f.first_time for f in folds] + [f.max_time for f in folds]
-        times += [m.captured_at for r in runs for m in r.marks if m.captured_at is not None]
+        times += [c for r in runs for c in r.marks.captured()]
         return Timeline(
             runs=runs,
             stops=stops,

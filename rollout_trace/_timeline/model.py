@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from .._analysis.figures import FIGURES, StopCost
+from .._analysis.figures import FIGURES, Note, StopCost
+from .marks import Mark, MarkTable
 
 __all__ = [
     "FATES",
@@ -102,27 +103,6 @@ class Attempt:
 
 
 @dataclass(slots=True)
-class Mark:
-    """A point on a run's controller track: a step, a weight sync, a checkpoint...
-
-    ``args`` is held as names and values (the names shared by every mark of a
-    kind), which is less memory than a dict per mark when there are many.
-    """
-
-    kind: str  # step, weights, checkpoint, snapshot, group, opened, closed, other
-    time: float
-    name: str
-    keys: tuple[str, ...]
-    values: tuple[Any, ...]
-    captured_at: float | None = None  # snapshots only
-    seq: int = -1
-
-    @property
-    def args(self) -> dict[str, Any]:
-        return dict(zip(self.keys, self.values, strict=True))
-
-
-@dataclass(slots=True)
 class Restore:
     started: float
     finished: float | None
@@ -142,7 +122,8 @@ class RunLine:
     last_time: float
     closed: bool
     attempts: list[Attempt] = field(default_factory=list)
-    marks: list[Mark] = field(default_factory=list)
+    # In seq order, one per seq; a ``Mark`` is made as each is read.
+    marks: MarkTable = field(default_factory=MarkTable)
     restores: list[Restore] = field(default_factory=list)
     lanes: int = 0
     # Events of kinds the timeline does not know that were left out (beyond
@@ -163,7 +144,12 @@ class Timeline:
     t0: float
     t1: float
     # What the cost analysis noted (runs read twice, a restore with no run before it).
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    # run id -> its number, made at the first look-up: a page marks a try per
+    # sibling in flight at each stop, and each names the run that restored it.
+    _numbers: tuple[int, dict[str, int]] = field(
+        default=(-1, {}), init=False, repr=False, compare=False
+    )
 
     @property
     def attempt_count(self) -> int:
@@ -171,10 +157,14 @@ class Timeline:
 
     def run_number(self, run_id: str | None) -> int | None:
         """The 1-based place of a run in the timeline, or None if it is not in it."""
-        for run in self.runs:
-            if run.run_id == run_id:
-                return run.index + 1
-        return None
+        made_for, numbers = self._numbers
+        if made_for != len(self.runs):
+            # The first run of an id wins, as a scan would find it.
+            numbers = {}
+            for run in self.runs:
+                numbers.setdefault(run.run_id, run.index + 1)
+            self._numbers = (len(self.runs), numbers)
+        return numbers.get(run_id) if run_id is not None else None
 
 
 def pack_lanes(attempts: list[Attempt]) -> int:

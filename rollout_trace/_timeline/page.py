@@ -19,7 +19,7 @@ from .chart import COLOURS, PRIORITY, Chart, draw_chart, fmt_rel
 from .fold import build_timeline
 from .model import FATES, OUTCOME_LABELS, OUTCOMES, Timeline, stop_figures
 
-__all__ = ["timeline_html", "html_of"]
+__all__ = ["NOTES_SHOWN", "timeline_html", "html_of"]
 
 _CSS = """
 *{box-sizing:border-box}
@@ -49,6 +49,8 @@ td.u{color:#7a8494}
 tr.key td{font-weight:600}
 .na{color:#b03a2e}
 tr.why td{border-top:0;color:#b03a2e;font-size:11px;padding:0 4px 4px 14px;overflow-wrap:anywhere}
+.card ul{margin:0 0 6px;padding-left:16px;font-size:12px;color:#566173}
+.card li{margin:0 0 4px;overflow-wrap:anywhere}
 .grid{stroke:#edf0f4;stroke-width:1}
 .tick{font-size:11px;fill:#7a8494;text-anchor:middle}
 .band{fill:#f7f8fa;stroke:#e3e7ee}
@@ -115,6 +117,9 @@ _REDO_DEFS = (
     'stroke-width="2" stroke-opacity="0.8"/></pattern></defs>'
 )
 _KEY_FIGURES = frozenset({"downtime_s", "lost_s", "lost_steps"})
+# Notes listed on the page (a run read twice is a note per run: a set of
+# thousands of runs copied twice would bury the stops); the document has all.
+NOTES_SHOWN = 20
 
 
 def timeline_html(events: Iterable[AnyEvent], *, title: str = "rollout_trace timeline") -> str:
@@ -242,6 +247,27 @@ def _value(v: object, figure: str, t0: float) -> str:
 
 
 def _cards(tl: Timeline) -> str:
+    return _stop_cards(tl) + _notes(tl)
+
+
+def _notes(tl: Timeline) -> str:
+    """What the cost analysis noted, under the stops: the first ``NOTES_SHOWN`` of them."""
+    if not tl.notes:
+        return ""
+    out = [f'<div class="card" id="notes"><h2>Notes ({len(tl.notes):,})</h2><ul>']
+    out += [f"<li>{escape(str(n))}</li>" for n in tl.notes[:NOTES_SHOWN]]
+    out.append("</ul>")
+    more = len(tl.notes) - NOTES_SHOWN
+    if more > 0:
+        out.append(
+            f"<p>and {more:,} more: the JSON output (otherData.notes) and "
+            "rollout-trace cost list every one</p>"
+        )
+    out.append("</div>")
+    return "".join(out)
+
+
+def _stop_cards(tl: Timeline) -> str:
     if not tl.stops:
         return (
             '<div class="card"><h2>No stops</h2><p>No run in this trace set begins with '

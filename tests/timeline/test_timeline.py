@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import timeline_data as td
 from scenario import disp, make_run, seal, write
@@ -338,3 +339,20 @@ def test_a_stop_of_an_unknown_run_keeps_its_figures_in_the_document() -> None:
     assert (mark["pid"], mark["ts"]) == (1, 1e6)  # run 2's restore, 1 s after its start
     assert mark["args"]["restore_s"] == 1.5 and "downtime_s" in mark["args"]["reasons"]
     assert "stop 1: run ? → run 1" in rt.timeline_html(events)
+
+
+def test_the_document_carries_the_cost_notes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run read twice and a line whose seq no tracer gives: two notes, in
+    # the document as `rollout-trace cost --json` lists them.
+    run = make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))], closed=103.0)
+    events = [*run, *run, msgspec.structs.replace(run[1], seq=2**62 + 3)]
+    path = write(tmp_path / "t.jsonl", events)
+    assert main(["cost", str(path), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert sorted(n["kind"] for n in notes) == ["bad_seq", "read_twice"]
+    out = tmp_path / "t.json"
+    assert main(["timeline", str(path), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["otherData"]["notes"] == notes
+    assert rt.timeline_document(events)["otherData"]["notes"] == notes

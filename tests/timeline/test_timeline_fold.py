@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import gc
+import json
 import random
+import re
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
 import timeline_data as td
-from scenario import lines
+from scenario import disp, lines, make_run, restore, restored, seal, snapshot
 
 import rollout_trace as rt
+from rollout_trace._analysis.fold import SEQ_LIMIT
 from rollout_trace._cli.main import main
+from rollout_trace._timeline.fold import build_timeline
 
 T = TypeVar("T")
 
@@ -103,25 +107,39 @@ def baseline(written: Layout, tmp_path_factory: pytest.TempPathFactory) -> tuple
     return _outputs(written, tmp_path_factory.mktemp("base") / "set")
 
 
+def _notes_apart(document: bytes, page: bytes) -> tuple[bytes, bytes, set[str]]:
+    """The outputs without their notes, and the kinds of the notes."""
+    # The notes end the document's otherData, and have a card of their own.
+    head, _, notes = document.rpartition(b',"notes":')
+    kinds = {n["kind"] for n in json.loads(notes[:-2])}
+    page = re.sub(rb'<div class="card" id="notes">.*?</div>', b"", page)
+    return head, page, kinds
+
+
 @pytest.mark.parametrize(
-    "reorder",
+    ("reorder", "notes"),
     [
-        _files_reversed,  # files given in the other order
-        _lines_reversed,  # every file's lines last to first
-        _shuffled_into_three,  # all lines shuffled and dealt into three files
-        _one_file_twice,  # a run's file given twice
-        _half_twice_shuffled,  # half the lines twice, everything shuffled
+        (_files_reversed, set()),  # files given in the other order
+        (_lines_reversed, set()),  # every file's lines last to first
+        (_shuffled_into_three, set()),  # all lines shuffled and dealt into three files
+        (_one_file_twice, {"read_twice"}),  # a run's file given twice
+        (_half_twice_shuffled, {"read_twice"}),  # half the lines twice, everything shuffled
     ],
 )
 def test_any_order_of_the_set_gives_the_same_document_and_page(
     written: Layout,
     baseline: tuple[bytes, bytes],
     reorder: Callable[[Layout], Layout],
+    notes: set[str],
     tmp_path: Path,
 ) -> None:
+    # The same, but for the notes that lines were read twice.
     document, page = _outputs(reorder(written), tmp_path / "set")
-    assert document == baseline[0]
-    assert page == baseline[1]
+    if not notes:
+        assert (document, page) == baseline
+    document, page, kinds = _notes_apart(document, page)
+    assert kinds == notes
+    assert (document, page) == _notes_apart(*baseline)[:2]
 
 
 def test_the_baseline_has_what_the_comparison_needs(baseline: tuple[bytes, bytes]) -> None:
@@ -175,7 +193,6 @@ def test_the_kept_unknown_events_are_the_first_by_seq_in_any_order(per_run: int)
     # One fewer, as many, one more than are kept: reversed and shuffled, the
     # same ones are kept, and `others_cut` says whether any were left out.
     from rollout_trace._timeline.fold import OTHER_PER_RUN as KEPT
-    from rollout_trace._timeline.fold import build_timeline
 
     assert KEPT == OTHER_PER_RUN
     events = [
@@ -191,3 +208,92 @@ def test_the_kept_unknown_events_are_the_first_by_seq_in_any_order(per_run: int)
         assert run.others_cut == (per_run > OTHER_PER_RUN)
     assert kept[0] == list(range(1, min(per_run, OTHER_PER_RUN) + 1))
     assert all(k == kept[0] for k in kept)
+
+
+# --- lines the cost analysis leaves out --------------------------------------------
+
+
+def _with_bad_seq(bad: int) -> list[rt.Event]:
+    """Run A seals prompt 7 and is stopped; B restores. A also has lines with seq ``bad``.
+
+    Counted, the bad dispatch of prompt 8 would be a try in flight at the
+    stop (restarted 1) and the bad weight sync would be A's last event.
+    """
+    a = make_run(
+        1, 100.0, [(101.0, disp(7, 0)), (102.0, seal(7, 0)), (103.0, snapshot(1, "/s", 102.5))]
+    )
+    rid = a[0].run_id
+    if 0 < bad <= SEQ_LIMIT:
+        # A line kept right before the first left out: in seq order, as
+        # written, the two come one after the other.
+        a.append(rt.WeightsSynced(weight_version=1, time=103.0, run_id=rid, seq=bad - 1))
+    bad_dispatch = msgspec.structs.replace(disp(8, 0), time=104.0, run_id=rid, seq=bad)
+    bad_sync = rt.WeightsSynced(weight_version=2, time=900.0, run_id=rid, seq=bad + 1)
+    b = make_run(2, 200.0, [(201.0, restore("/s", 1)), (202.0, restored(1))], closed=203.0)
+    return [*a, bad_dispatch, bad_sync, *b]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        -7,  # below 0
+        -(2**63),  # the lowest a signed 64-bit seq can be
+        SEQ_LIMIT,  # the first left out, right after a line kept
+        SEQ_LIMIT + 5,  # above 2**62: not a seq a tracer gives
+        2**63 - 2,  # the highest a signed 64-bit seq can be, and one more
+    ],
+)
+def test_lines_the_cost_analysis_leaves_out_are_not_drawn(bad: int) -> None:
+    events = _with_bad_seq(bad)
+    [stop] = rt.restore_costs(events)
+    assert (stop.restarted, stop.stop_time) == (0, 103.0)
+    page = rt.timeline_html(events)
+    legend = re.search(r'<span class="k">restarted</span> <span class="n">(\d+)</span>', page)
+    assert legend is not None and int(legend.group(1)) == stop.restarted
+    tl = build_timeline(events)
+    a_run = tl.runs[0]
+    assert [a.prompt_id for a in a_run.attempts] == [7]
+    assert a_run.last_time == 103.0 and tl.t1 == 203.0
+    assert [m.values for m in a_run.marks if m.kind == "weights"] in ([], [(1,)])
+    assert [n.kind for n in tl.notes] == ["bad_seq"]
+    # And the same in any order of the lines.
+    for order in (events[::-1], random.Random(bad % 97).sample(events, len(events))):
+        assert rt.timeline_html(order) == page
+
+
+# --- lines that share a seq ---------------------------------------------------------
+
+
+def _sharing(first: rt.Event | rt.UnknownEvent, second: rt.Event | rt.UnknownEvent) -> list[Any]:
+    """A run with two lines at seq 5 (a corrupt log, or one edited by hand)."""
+    run = make_run(3, 100.0, [(101.0, disp(1, 0)), (110.0, seal(1, 0))], closed=111.0)
+    rid = run[0].run_id
+    shared = [msgspec.structs.replace(ev, run_id=rid, seq=5) for ev in (first, second)]
+    return [*run, *shared]
+
+
+def _group(gid: str) -> rt.Event:
+    return rt.GroupAdmitted(group_id=gid, prompt_id=1, time=105.0)
+
+
+def _sampled(value: int) -> rt.UnknownEvent:
+    return rt.UnknownEvent(event="sampled", time=105.0, run_id="", seq=0, fields={"v": value})
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (_group("g-a"), _group("g-b")),  # two group events alike but for their group id
+        (_sampled(1), _sampled(2)),  # two unknown events alike but for a field
+        (rt.WeightsSynced(weight_version=1, time=105.0), _group("g-a")),  # two kinds
+    ],
+)
+def test_of_lines_that_share_a_seq_the_same_one_is_drawn_in_any_order(
+    first: rt.Event | rt.UnknownEvent, second: rt.Event | rt.UnknownEvent
+) -> None:
+    one, other = _sharing(first, second), _sharing(second, first)
+    doc = rt.timeline_document(one)
+    at_5 = [e for e in doc["traceEvents"] if e.get("ph") == "i" and e["ts"] == 5e6]
+    assert len(at_5) == 1
+    assert rt.timeline_document(other) == doc
+    assert rt.timeline_document(one[::-1]) == doc

@@ -6,17 +6,22 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import timeline_data as td
 from headless import CHROMIUM, Page
-from scenario import disp, make_run, restore, seal, step
+from scenario import disp, make_run, restore, seal, snapshot, step
 
 import rollout_trace as rt
+from rollout_trace._analysis.cost import CostAnalysis
 from rollout_trace._analysis.figures import FIGURES
+from rollout_trace._timeline.chart import LEFT
+from rollout_trace._timeline.labels import text_box
 
 EXAMPLE = Path(__file__).parents[1] / "data" / "example"
 
@@ -285,3 +290,114 @@ def test_why_a_figure_is_na_is_on_the_card_not_only_in_a_title() -> None:
     text = " ".join(seen.parts)
     for figure, why in stop.reasons.items():
         assert f"n/a: {why}" in text, figure
+
+
+# --- the run labels in the gutter -------------------------------------------------------
+
+ELLIPSIS = "\u2026"
+
+GUTTER = {
+    # the review's case: drawn whole, it ran about 57 px into the plot
+    "ec2-host": ("ip-10-0-123-234.ec2.internal", 1000),
+    # many times the gutter's width
+    "very-long-host": ("h" * 300, 1000),
+    # a pid of 19 digits
+    "long-pid": ("node-1", 2**62),
+    # letters the width table does not hold, so counted wide
+    "cyrillic-host": ("узел-" * 8, 1000),
+}
+
+
+def _named(host: str, pid: int) -> list[rt.Event]:
+    run = make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))], pid=pid)
+    return [msgspec.structs.replace(run[0], host=host), *run[1:]]
+
+
+def _gutter(page: str) -> tuple[str, list[tuple[float, str, str]]]:
+    """The run's hover title and its gutter lines (baseline, class, text)."""
+    m = re.search(r"<g><title>([^<]*)</title>((?:<text [^>]*>[^<]*</text>)+)</g>", page)
+    assert m is not None
+    lines = re.findall(r'<text x="8" y="([\d.]+)" class="(\w+)">([^<]*)</text>', m.group(2))
+    return unescape(m.group(1)), [(float(y), c, unescape(t)) for y, c, t in lines]
+
+
+@pytest.mark.parametrize("case", GUTTER)
+def test_run_labels_stay_left_of_the_plot(case: str) -> None:
+    host, pid = GUTTER[case]
+    page = rt.timeline_html(_named(host, pid))
+    css = _css(page)
+    title, lines = _gutter(page)
+    assert len(lines) == 4
+    for y, cls, text in lines:
+        size = float(css[cls]["font-size"].removesuffix("px"))
+        box = text_box(8, y, text, size, "start", bold=css[cls].get("font-weight") == "600")
+        assert box[2] <= LEFT, (text, box)
+    # What is cut short ends in an ellipsis, and is whole in the title.
+    for (_, _, text), whole in zip(lines, (f"run 1 · {host}", f"pid {pid} · "), strict=False):
+        assert text.startswith(whole) or (
+            text.endswith(ELLIPSIS) and whole.startswith(text[:-1]) and len(text) > 8
+        ), text
+    assert f"host {host}, pid {pid}" in title
+
+
+@needs_chromium
+def test_run_labels_stay_left_of_the_plot_in_a_browser(browser: Page, tmp_path: Path) -> None:
+    for case in ("ec2-host", "long-pid", "cyrillic-host"):
+        page = tmp_path / f"{case}.html"
+        page.write_text(rt.timeline_html(_named(*GUTTER[case])))
+        browser.load(page)
+        edges = json.loads(
+            browser.evaluate(
+                "JSON.stringify({plot: document.querySelector('rect.band')"
+                ".getBoundingClientRect().left, text: [...document.querySelectorAll("
+                "'svg text[x=\"8\"]')].map(t => t.getBoundingClientRect().right)})"
+            )
+        )
+        assert len(edges["text"]) == 4
+        assert max(edges["text"]) < edges["plot"], (case, edges)
+
+
+# --- notes ----------------------------------------------------------------------------
+
+# How many notes the page lists (rollout_trace._timeline.page.NOTES_SHOWN).
+NOTES_SHOWN = 20
+
+
+def _read_twice(runs: int) -> list[rt.Event]:
+    """``runs`` runs, the second restoring the first, every line given twice: a note each."""
+    events: list[rt.Event] = []
+    for n in range(1, runs + 1):
+        timed = [(100.0 * n + 1, disp(n, 0)), (100.0 * n + 2, seal(n, 0))]
+        if n == 1:
+            timed.append((103.0, snapshot(1, "/s", 102.5)))
+        if n == 2:
+            timed.insert(0, (200.5, restore("/s", 1)))
+        events += make_run(n, 100.0 * n, timed)
+    return events + events
+
+
+@pytest.mark.parametrize(
+    ("runs", "listed"),
+    [
+        (2, 2),  # every note listed
+        (NOTES_SHOWN + 3, NOTES_SHOWN),  # the first ones, and how many more
+    ],
+)
+def test_the_cost_notes_are_listed_under_the_stops(runs: int, listed: int) -> None:
+    events = _read_twice(runs)
+    analysis = CostAnalysis()
+    analysis.add(events)
+    [stop] = analysis.stops()
+    assert stop.stopped_run is not None and len(analysis.notes) == runs
+    page = rt.timeline_html(events)
+    seen = _Visible()
+    seen.feed(page)
+    text = " ".join(seen.parts)
+    shown = [n.text for n in analysis.notes if n.text in text]
+    assert shown == [n.text for n in analysis.notes[:listed]]
+    assert (f"and {runs - listed} more" in text) == (runs > listed)
+    # Under the stops: after the last stop's card.
+    assert page.index('id="stop-1"') < page.index(analysis.notes[0].text)
+    from rollout_trace._timeline.page import NOTES_SHOWN as LISTED
+
+    assert LISTED == NOTES_SHOWN
