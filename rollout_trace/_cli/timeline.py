@@ -12,7 +12,7 @@ from .._timeline.fold import TimelineFold
 from .._timeline.model import Timeline
 from .._timeline.page import html_of
 from .command import Command
-from .common import BadLines, add_paths, blocks, report_problems
+from .common import BadLines, add_paths, blocks, report_problems, trace_files
 
 __all__ = ["COMMAND", "SUFFIXES"]
 
@@ -61,6 +61,14 @@ def _run(args: argparse.Namespace) -> int:
     if wrong is not None:
         print(f"rollout-trace timeline: error: {wrong}", file=sys.stderr)
         return 2
+    files = trace_files(args.paths)
+    if os.path.exists(args.output) and any(os.path.samefile(args.output, f) for f in files):
+        print(
+            f"rollout-trace timeline: error: output {args.output!r} is one of the trace files "
+            "read; writing it would destroy that trace: choose another -o",
+            file=sys.stderr,
+        )
+        return 2
     # Counted, the first few kept: a text log given by mistake is millions of them.
     problems = BadLines()
     # Each block is folded as it is read and then let go: what the timeline
@@ -69,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     # Millions of small acyclic records: the cyclic collector would walk them
     # all, again and again, for nothing.
     with gc_paused():
-        for _, block, _ in blocks(args.paths, problems):
+        for _, block, _ in blocks(files, problems):
             fold.add(block)
         tl = fold.timeline()
     report_problems(problems.first, problems.count)

@@ -309,3 +309,15 @@ def test_bad_lines_cost_no_memory_however_many(
     assert "99,990 more bad line(s)" in err
     # Keeping every problem took about 40 MB.
     assert peak < 12_000_000, peak
+
+
+def test_a_timeline_never_overwrites_a_trace_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A trace whose name ends in .json: -o naming it is a usage error.
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(lines(make_run(1, 100.0, [(101.0, disp(1, 0))])))
+    before = trace.read_bytes()
+    assert main(["timeline", str(trace), "-o", str(trace)]) == 2
+    assert "one of the trace files read" in capsys.readouterr().err
+    assert trace.read_bytes() == before
