@@ -9,11 +9,10 @@ end and seal. Folding an event in is therefore commutative, folding it twice
 changes nothing, and two folds of parts of one run merge into the fold of the
 whole (``merge``), which is what lets files be read apart and joined later.
 
-Memory, per run: one row per sibling (eight numbers in arrays: its latest
-start, its latest end after that start, its latest seal), plus the older
-starts and ends of the few siblings tried more than once; the seqs seen as
-ranges (one per gap or out-of-order stretch); the steps, snapshots and
-checkpoints; and the siblings resumed. Never the events themselves.
+Memory, per run: its siblings (``siblings.SiblingTable``: a live row per
+sibling open now, a few numbers per sibling tried once and sealed); the seqs
+seen as ranges (one per gap or out-of-order stretch); the steps, snapshots
+and checkpoints; and the siblings resumed. Never the events themselves.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import heapq
+from collections.abc import Iterable, Iterator
 
 __all__ = ["SeqSet"]
 
@@ -72,27 +74,11 @@ class SeqSet:
         return i >= 0 and seq < self._ends[i]
 
     def _merge(self) -> None:
-        loose = sorted(self._loose)
+        if not self._loose:
+            return
+        singles = ((seq, seq + 1) for seq in sorted(self._loose))
         self._loose = set()
-        starts, ends = self._starts, self._ends
-        out_s: list[int] = []
-        out_e: list[int] = []
-        i = j = 0
-        while i < len(starts) or j < len(loose):
-            if j == len(loose) or (i < len(starts) and starts[i] < loose[j]):
-                s, e = starts[i], ends[i]
-                i += 1
-            else:
-                s = loose[j]
-                e = s + 1
-                j += 1
-            # Disjoint by construction: a start at most the last end only touches it.
-            if out_e and s <= out_e[-1]:
-                out_e[-1] = max(out_e[-1], e)
-            else:
-                out_s.append(s)
-                out_e.append(e)
-        self._starts, self._ends = out_s, out_e
+        self._starts, self._ends = _join(heapq.merge(self._pairs(), singles))
 
     def ranges(self) -> list[tuple[int, int]]:
         """The seqs as inclusive ``(first, last)`` ranges, in order."""
@@ -139,13 +125,20 @@ class SeqSet:
         """Add every seq of ``other``."""
         self._merge()
         other._merge()
-        pairs = sorted(zip(self._starts + other._starts, self._ends + other._ends, strict=True))
-        starts: list[int] = []
-        ends: list[int] = []
-        for s, e in pairs:
-            if ends and s <= ends[-1]:
-                ends[-1] = max(ends[-1], e)
-            else:
-                starts.append(s)
-                ends.append(e)
-        self._starts, self._ends = starts, ends
+        self._starts, self._ends = _join(heapq.merge(self._pairs(), other._pairs()))
+
+    def _pairs(self) -> Iterator[tuple[int, int]]:
+        return zip(self._starts, self._ends, strict=True)
+
+
+def _join(ranges: Iterable[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Sorted ``[start, end)`` ranges, those that overlap or touch made one."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for s, e in ranges:
+        if ends and s <= ends[-1]:
+            ends[-1] = max(ends[-1], e)
+        else:
+            starts.append(s)
+            ends.append(e)
+    return starts, ends

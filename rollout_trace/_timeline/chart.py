@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from html import escape
 
+from .._analysis.figures import StopCost
 from .axis import LEFT, PLOT_W, WIDTH, Scale, fmt_rel, nice_step
 from .labels import Layout, fit, text_box
 from .marks import Mark, MarkTable
@@ -199,15 +200,21 @@ def _stop_span(tl: Timeline, stop_no: int) -> tuple[float, float] | None:
     return stop_time, stop_time + downtime
 
 
-def _downtime(chart: Chart, tl: Timeline, x: Scale, bands: list[Band]) -> None:
+def _downtimes(
+    tl: Timeline, bands: list[Band]
+) -> Iterator[tuple[StopCost, tuple[float, float], float, float]]:
+    """Each drawn stop: the stop, its span in time, and the top and bottom of its runs' bands."""
     where = {b[0].run_id: (b[1], b[1] + b[2]) for b in bands}
     for i, stop in enumerate(tl.stops, 1):
         span = _stop_span(tl, i)
         if span is None or stop.stopped_run not in where or stop.restored_run not in where:
             continue
+        yield stop, span, where[stop.stopped_run][0], where[stop.restored_run][1]
+
+
+def _downtime(chart: Chart, tl: Timeline, x: Scale, bands: list[Band]) -> None:
+    for stop, span, y0, y1 in _downtimes(tl, bands):
         x0, x1 = x(span[0]), x(span[1])
-        y0 = where[stop.stopped_run][0]
-        y1 = where[stop.restored_run][1]
         w = max(x1 - x0, 1.0)
         chart.parts.append(
             f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{y1 - y0:.1f}" '
@@ -217,13 +224,9 @@ def _downtime(chart: Chart, tl: Timeline, x: Scale, bands: list[Band]) -> None:
 
 
 def _downtime_labels(chart: Chart, tl: Timeline, x: Scale, bands: list[Band]) -> None:
-    where = {b[0].run_id: (b[1], b[1] + b[2]) for b in bands}
-    for i, stop in enumerate(tl.stops, 1):
-        span = _stop_span(tl, i)
-        if span is None or stop.stopped_run not in where or stop.restored_run not in where:
-            continue
+    for _, span, y0, y1 in _downtimes(tl, bands):
         x0, x1 = x(span[0]), x(span[1])
-        mid = (where[stop.stopped_run][0] + where[stop.restored_run][1]) / 2
+        mid = (y0 + y1) / 2
         label = f"downtime {span[1] - span[0]:,.1f} s"
         chart.try_label(
             [((x0 + x1) / 2, mid, "middle")], label, "down", DOWN_PX, bold=True, within=(x0, x1)
