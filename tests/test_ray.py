@@ -360,8 +360,9 @@ print(json.dumps(infos))
 def test_ray_shutdown_force_kills_the_actors_so_end_them_before(tmp_path: Path) -> None:
     # A cluster of its own: ray.shutdown() ends it. The driver's exit makes
     # the GCS kill every actor it owns with force_kill, and the workers end
-    # from C++ at once. If this starts to close the "left" runs, Ray has made
-    # that graceful: say so in the module docstring and the README.
+    # from C++ at once; now and then a worker's SIGTERM handler runs first and
+    # its run closes. So an actor left to shutdown may or may not close its
+    # run (the README says to end actors first); what it flushed is kept.
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(_SHUTDOWN_DRIVER))
     env = {**os.environ, "PYTHONPATH": _PYTHONPATH}
@@ -374,10 +375,11 @@ def test_ray_shutdown_force_kills_the_actors_so_end_them_before(tmp_path: Path) 
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     infos = json.loads(proc.stdout.splitlines()[-1])
-    for group, closed in (("ended", True), ("left", False)):
+    for group in ("ended", "left"):
         for info in infos[group]:
             assert info["flushed"]
             runs = check_runs((tmp_path / f"{info['run_id']}.jsonl").read_bytes())
             run = runs[info["run_id"]]
-            assert (run.closed is not None) is closed, (group, info)
+            if group == "ended":
+                assert run.closed is not None, (group, info)
             assert len(run.events) == 100
