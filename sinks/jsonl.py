@@ -21,8 +21,10 @@ class JsonlSink(Sink):
 
     The file is opened unbuffered, so nothing is held in a Python buffer that
     a forked child could write a second time. ``.jsonl.gz`` files get one
-    gzip member per open, flushed to a byte boundary after every batch, so a
-    killed writer leaves a readable prefix.
+    gzip member per open, and every batch ends with a full flush: it is on a
+    byte boundary, so a killed writer leaves a readable prefix, and it refers
+    to nothing before it, so a reader can inflate any batch alone when
+    writers shared the file (a fork) or what came before it is lost.
 
     A file that is deleted, or moved away (log rotation), while the sink
     writes is noticed before the next batch: the sink reopens its path, makes
@@ -96,7 +98,7 @@ class JsonlSink(Sink):
         if not self._still_there():
             self._reopen()
         if self._gzip is not None:
-            data = self._gzip.compress(data) + self._gzip.flush(zlib.Z_SYNC_FLUSH)
+            data = self._gzip.compress(data) + self._gzip.flush(zlib.Z_FULL_FLUSH)
         _write_all(self._fd, data)
         if self.fsync == "batch":
             os.fdatasync(self._fd)

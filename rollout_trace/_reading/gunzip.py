@@ -1,8 +1,9 @@
 """Gzip as writers leave it: cut short by a kill, appended to afterwards, shared after a fork.
 
 Every open of a ``.jsonl.gz`` sink writes one gzip member, flushed to a byte
-boundary (``Z_SYNC_FLUSH``) after every batch of whole lines. So a file can
-hold a member cut short by a kill and then the restored run's member, or the
+boundary after every batch of whole lines (``Z_FULL_FLUSH``, so that each
+batch stands alone; files whose batches refer back have ``Z_SYNC_FLUSH``). So
+a file can hold a member cut short by a kill and then the restored run's member, or the
 members of a parent and its forked child with their batches interleaved: the
 parent's next batch follows the child's, with no header of its own.
 
@@ -16,9 +17,13 @@ text from whatever history it is given, so the batch comes out as that
 member's own lines, or a mix of them. A batch is the member's whose reading
 of it goes on where it left off (its first line has the run's next seq), else
 the one member's whose reading fits (JSON lines with a ``run_id`` and a
-``seq`` it has not written lately). When that is not one member, nothing is
-guessed: the bytes up to the next header are skipped and reported. Corrupt
-data is reported and skipped likewise, keeping what inflates before it.
+``seq`` it has not written lately). When that is not one member, the batch
+is read alone (``_alone``): a batch that stands alone gives its own text with
+no history, and one that refers back fails rather than give another's; the
+start of a batch cut short before it is found the same way. Only when that
+fails too are the bytes up to the next header skipped and reported, never
+guessed at. After corrupt data, what inflates before it is kept and reading
+goes on at the next batch that reads alone.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import msgspec
 __all__ = ["Cut", "gunzip", "looks_like_gzip"]
 
 _MAGIC = b"\x1f\x8b\x08"
-# The end of every batch a sink writes: an empty stored block (Z_SYNC_FLUSH).
+# The end of every batch a sink writes: an empty stored block (either flush).
 _SYNC = b"\x00\x00\xff\xff"
 _READ = 1 << 20
 # The most output one inflate call returns, so a small file cannot expand
@@ -52,6 +57,13 @@ _RECENT = 8192
 # A batch bigger than this is taken for the member it began in unchecked.
 _SEGMENT = 8 << 20
 _KEPT_ASIDE = 4
+# Where no member's reading of a batch can be trusted, the batch is read
+# alone (``_alone``): its start is looked for among this many offsets of a
+# piece, and among this many in all per file, as each costs an inflate call.
+_SCAN = 1 << 20
+_SCAN_BUDGET = 8 << 20
+# The most text a batch read alone may give.
+_ALONE_OUT = 64 << 20
 
 
 class Cut:
@@ -107,11 +119,13 @@ def _first_key(text: bytes) -> tuple[str, int] | None:
 class _Member:
     """One gzip member being inflated, and what it wrote last."""
 
-    __slots__ = ("at_batch_end", "inflater", "last", "recent", "start", "tail", "whole")
+    __slots__ = ("at_batch_end", "inflater", "last", "raw", "recent", "start", "tail", "whole")
 
     def __init__(self, start: int) -> None:
         self.start = start
         self.inflater = zlib.decompressobj(wbits=31)
+        # Read on as raw deflate, without the member's check sum (``go_raw``).
+        self.raw = False
         self.tail = b""
         # Whether the tail is all the member's text, so begins with a line.
         self.whole = True
@@ -121,6 +135,15 @@ class _Member:
         # None until needed, or once lines went by unread (then from the tail).
         self.recent: dict[tuple[str, int], None] | None = None
         self.last: dict[str, int] | None = None
+
+    def go_raw(self, inflater: zlib._Decompress | None = None) -> None:
+        """Read on from this batch end with no history and no check sum.
+
+        For a member whose batches stand alone (``Z_FULL_FLUSH``) once its
+        reading was rescued: its check sum no longer covers what was read.
+        """
+        self.inflater = inflater or zlib.decompressobj(wbits=-15)
+        self.raw = True
 
     def took(self, out: bytes, keys: list[tuple[str, int]] | None = None, end: bytes = b"") -> None:
         """``out`` is the member's next text: with its keys, or its last line ``end``."""
@@ -197,7 +220,10 @@ class _Try:
     def __init__(self, member: _Member, piece: bytes) -> None:
         self.member = member
         self.inflater = member.inflater.copy()
-        self.out = b"".join(_inflate(self.inflater, piece))
+        # Only the batch's first _OUT bytes of text are judged by: a small
+        # batch may inflate to a huge one (a long run of one byte), and a
+        # reading is made for each member in doubt. The rest streams at take().
+        self.out = self.inflater.decompress(piece, _OUT)
         self.fits = self.goes_on = self.judged = False
         self.keys: list[tuple[str, int]] | None = None
 
@@ -212,7 +238,8 @@ class _Try:
         key = _first_key(self.out[:end]) if end >= 0 else None
         return key is not None and self.member.goes_on(key)
 
-    def take(self, piece: bytes) -> bytes:
+    def take(self, piece: bytes) -> Iterator[bytes | Cut]:
+        """The batch's text, given to the member whose reading this is."""
         member, out = self.member, self.out
         member.inflater = self.inflater
         if self.judged:
@@ -220,8 +247,19 @@ class _Try:
         else:
             end = out.rfind(b"\n")
             member.took(out, end=out[out.rfind(b"\n", 0, end) + 1 : end] if end > 0 else b"")
+        if out:
+            yield out
+        rest = self.inflater.unconsumed_tail
+        if rest:
+            try:
+                for more in _inflate(self.inflater, rest):
+                    member.took(more)
+                    yield more
+            except zlib.error as exc:
+                member.at_batch_end = False
+                yield Cut(f"corrupt gzip data in a batch ({exc})", torn=False)
+                return
         member.at_batch_end = piece.endswith(_SYNC) and member.tail.endswith(b"\n")
-        return out
 
 
 def _try(member: _Member, piece: bytes) -> _Try | None:
@@ -264,6 +302,45 @@ def _pick(tries: list[_Try | None]) -> _Try | None:
     if len(going_on) == 1:
         return going_on[0]
     return fitting[0] if len(fitting) == 1 and not going_on else None
+
+
+def _alone(piece: bytes | memoryview) -> tuple[bytes, zlib._Decompress] | None:
+    """``piece``'s text if it inflates with no history into whole trace lines.
+
+    A sink flushes every batch with ``Z_FULL_FLUSH``, so each batch refers to
+    nothing before it: read alone, it gives its own text, whatever was
+    written before it, and whoever wrote it. Deflate that refers further back
+    than the piece goes fails instead (zlib refuses a distance past the start),
+    so the text, when there is one, is never another writer's lines.
+    """
+    inflater = zlib.decompressobj(wbits=-15)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        for out in _inflate(inflater, bytes(piece)):
+            size += len(out)
+            if size > _ALONE_OUT:
+                return None
+            parts.append(out)
+    except zlib.error:
+        return None
+    text = b"".join(parts)
+    if not text.startswith(b"{") or not text.endswith(b"\n") or _keys(text[:-1]) is None:
+        return None
+    return text, inflater
+
+
+def _head_alone(piece: bytes) -> tuple[bytes, bool]:
+    """What ``piece`` inflates to with no history before it fails, and whether
+    it inflates without an error: the start of a batch whose writer was killed."""
+    inflater = zlib.decompressobj(wbits=-15)
+    parts: list[bytes] = []
+    try:
+        parts.extend(_inflate(inflater, piece))
+    except zlib.error:
+        return b"".join(parts), False
+    text = b"".join(parts)
+    return text, text.startswith(b"{")
 
 
 def looks_like_gzip(first: bytes) -> bool:
@@ -334,8 +411,8 @@ def _inflate(inflater: zlib._Decompress, data: bytes) -> Iterator[bytes]:
         out = inflater.decompress(inflater.unconsumed_tail, _OUT)
 
 
-def _salvage(before: zlib._Decompress, piece: bytes) -> Iterator[bytes]:
-    """What the longest prefix of ``piece`` that inflates without an error gives."""
+def _good_length(before: zlib._Decompress, piece: bytes) -> int:
+    """The length of the longest prefix of ``piece`` that inflates without an error."""
     good, bad = 0, len(piece)
     while bad - good > 16:
         mid = (good + bad) // 2
@@ -346,7 +423,7 @@ def _salvage(before: zlib._Decompress, piece: bytes) -> Iterator[bytes]:
             bad = mid
         else:
             good = mid
-    yield from _inflate(before, piece[:good])
+    return good
 
 
 class _Reader:
@@ -358,6 +435,8 @@ class _Reader:
         self.aside: list[_Member] = []
         # File offsets of magic bytes a probe found to be data, not a header.
         self.not_headers: set[int] = set()
+        # Offsets still to try as the start of a batch read alone.
+        self.scan_budget = _SCAN_BUDGET
 
     # --- where members start -----------------------------------------------------
 
@@ -477,23 +556,26 @@ class _Reader:
             reason = f"corrupt gzip data in bytes {start:,}-{raw.offset():,} ({exc})"
             # The salvage starts where the failed call did: what that call
             # gave already is not given twice.
-            for out in _salvage(before, piece):
+            good = _good_length(before, piece)
+            for out in _inflate(before, piece[:good]):
                 skip = min(given, len(out))
                 given -= skip
                 if skip < len(out):
                     cur.took(out[skip:])
                     yield out[skip:]
             yield Cut(reason, torn=False)
-            self._skip_to_header()
-            return None
+            # Batches that stand alone are read on from after the damage.
+            return (yield from self._resume(cur, raw.pos - len(piece) + good))
         cur.at_batch_end = piece.endswith(_SYNC) and cur.tail.endswith(b"\n")
         return self._after(cur)
 
     def _after(self, member: _Member) -> _Member | None:
         if not member.inflater.eof:
             return member
-        # The member ended inside the piece: what follows it is given back.
-        self.raw.pos -= len(member.inflater.unused_data)
+        # The member ended inside the piece: what follows it is given back,
+        # but for the trailer of a member read raw, which is not checked.
+        unused = len(member.inflater.unused_data)
+        self.raw.pos -= max(0, unused - 8) if member.raw else unused
         return None
 
     def _cut(self, cur: _Member) -> _Step:
@@ -525,16 +607,41 @@ class _Reader:
             if pick is not None:
                 raw.pos = stop
                 self.aside.remove(pick.member)
-                out = pick.take(piece)
-                if out:
-                    yield out
+                yield from pick.take(piece)
                 return self._after(pick.member)
+        else:
+            stop = self._batch_end()
+            piece = raw.data[raw.pos : stop]
+        if piece:
+            # A batch after a member's end, with no header: one that reads alone
+            # is a writer's that shared the member (a fork) going on.
+            raw.pos = stop
+            rescued, member = yield from self._rescue(None, piece, start)
+            if rescued:
+                return member
+            raw.pos = stop - len(piece)
         if raw.eof and not raw.data[raw.pos : end].strip(b"\0"):
             raw.pos = end  # zeros at the end: a file system's padding after a crash
             return None
         found = self._skip_to_header()
         yield Cut(f"bytes {start:,}-{raw.offset():,} are not gzip data", torn=False)
         return _Member(raw.offset()) if found else None
+
+    def _batch_end(self) -> int:
+        """The end of the batch at the position: past its ``_SYNC``, before a
+        header, or where ``_SEGMENT`` bytes or the file end."""
+        raw = self.raw
+        while True:
+            end = raw.need(len(raw.data) - raw.pos + _READ)
+            stop = end if raw.eof else max(raw.pos + 1, end - len(_SYNC) + 1)
+            sync = raw.data.find(_SYNC, raw.pos, stop)
+            if sync >= 0:
+                stop = sync + len(_SYNC)
+            header = self._header_in(raw.pos + 1, stop)
+            if header >= 0:
+                return header
+            if sync >= 0 or raw.eof or stop - raw.pos >= _SEGMENT:
+                return stop
 
     def _whose(self, cur: _Member, piece: bytes, start: int) -> _Step:
         """A batch read while members are kept aside: the member it goes on.
@@ -554,6 +661,10 @@ class _Reader:
         if pick is None:
             pick = _pick([mine, *(_try(member, piece) for member in rivals)])
         if pick is None:
+            rescued, member = yield from self._rescue(cur, piece, start)
+            if rescued:
+                return member
+        if pick is None:
             # Whoever wrote this batch, its next ones refer to it: no member
             # begun so far can be read on with trust.
             yield Cut(
@@ -568,10 +679,120 @@ class _Reader:
         if pick.member is not cur:
             self.aside.remove(pick.member)
             self._set_aside(cur)
-        out = pick.take(piece)
-        if out:
-            yield out
+        yield from pick.take(piece)
         return self._after(pick.member)
+
+    # --- batches read alone ------------------------------------------------------
+
+    def _batch_start(self, piece: bytes) -> tuple[int, bytes, zlib._Decompress] | None:
+        """The first offset of ``piece`` from which the rest reads alone (``_alone``),
+        with that text and its inflater."""
+        view = memoryview(piece)
+        for at in range(min(len(piece), _SCAN, self.scan_budget)):
+            # Most offsets fail within a few bytes, or give what no line begins with.
+            try:
+                head = zlib.decompressobj(wbits=-15).decompress(view[at : at + 64], 1)
+            except zlib.error:
+                continue
+            if head not in (b"", b"{"):
+                continue
+            found = _alone(view[at:])
+            if found is not None:
+                self.scan_budget -= at
+                return at, *found
+        self.scan_budget -= min(len(piece), _SCAN, self.scan_budget)
+        return None
+
+    def _rescue(
+        self, cur: _Member | None, piece: bytes, start: int
+    ) -> Generator[bytes | Cut, None, tuple[bool, _Member | None]]:
+        """Read ``piece``, which no member's reading can be trusted with, as a
+        batch that stands alone, maybe after the start of one cut short.
+
+        Returns whether it did, with the member to go on with (None: between
+        members); when it did not, nothing was read and the caller reports. The batch is given
+        to the one member it goes on (or else fits); when there is no such
+        one, each member it fits reads on raw (``go_raw``), as the check sum
+        of the one that wrote it no longer covers its text.
+        """
+        found = self._batch_start(piece)
+        if found is None:
+            return False, cur
+        at, text, inflater = found
+        if at:
+            # The start of a batch whose writer was killed before it ended
+            # (a forked child, say), or else damage.
+            head, clean = _head_alone(piece[:at])
+            if clean and head:
+                yield head
+            yield Cut(
+                f"gzip bytes {start:,}-{start + at:,} are "
+                + ("a batch cut short (its writer was killed)" if clean else "damaged")
+                + "; read on from the batch after them",
+                torn=clean,
+            )
+        return True, (yield from self._give(cur, text, inflater, piece[at:]))
+
+    def _give(
+        self, cur: _Member | None, text: bytes, inflater: zlib._Decompress, batch: bytes
+    ) -> _Step:
+        """``batch``, which read alone as ``text`` (with ``inflater``), to its member."""
+        keys = _keys(text[:-1])
+        assert keys is not None
+        members = [m for m in (cur, *reversed(self.aside)) if m is not None and m.at_batch_end]
+        fitting = [m for m in members if m.known().keys().isdisjoint(keys)]
+        going_on = [m for m in fitting if m.goes_on(keys[0])]
+        owners = going_on if going_on else fitting
+        if len(owners) == 1:
+            owner = owners[0]
+            mine = None if owner.raw else _try(owner, batch)
+            if mine is not None and mine.out == text and not mine.inflater.unconsumed_tail:
+                for _ in mine.take(batch):  # the check sum still holds
+                    pass
+            else:
+                owner.go_raw(inflater)
+                owner.took(text, keys)
+        else:
+            for member in owners:
+                member.go_raw()
+            owner = cur if cur is not None and cur in members else _Member(self.raw.offset())
+            owner.go_raw(inflater)
+            owner.took(text, keys)
+        owner.at_batch_end = True
+        if owner in self.aside:
+            self.aside.remove(owner)
+        if cur is not None and cur is not owner and cur.at_batch_end:
+            self._set_aside(cur)
+        yield text
+        return self._after(owner)
+
+    def _resume(self, cur: _Member, at: int) -> _Step:
+        """After damage in ``cur``: read on from the first batch from index ``at``
+        on that reads alone, or from the next member."""
+        raw = self.raw
+        raw.pos = at
+        cur.go_raw()
+        cur.at_batch_end = True
+        while True:
+            end = raw.need(_READ)
+            stop = end if raw.eof else max(raw.pos, end - len(_SYNC) + 1)
+            sync = raw.data.find(_SYNC, raw.pos, stop)
+            header = self._header_in(raw.pos, sync if sync >= 0 else stop)
+            if header >= 0:
+                raw.pos = header
+                return _Member(raw.offset())
+            if sync < 0:
+                raw.pos = stop
+                if raw.eof:
+                    return None
+                raw.compact()
+                continue
+            raw.pos = sync + len(_SYNC)
+            batch_end = self._batch_end()
+            found = _alone(raw.data[raw.pos : batch_end]) if batch_end > raw.pos else None
+            if found is not None:
+                batch = raw.take(batch_end)
+                return (yield from self._give(cur, *found, batch))
 
 
 def gunzip(

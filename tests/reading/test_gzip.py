@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import os
 import signal
+import tracemalloc
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from scenario import lines, make_run
 
 import rollout_trace as rt
 from rollout_trace import ReadProblem
+from sinks import JsonlSink
 
 
 def _run(n: int, count: int) -> list[rt.Event]:
@@ -46,10 +48,16 @@ def _batches(run: list[rt.Event], *sizes: int) -> list[bytes]:
     return out
 
 
-def _member(batches: list[bytes], *, end: bool = True) -> list[bytes]:
-    """One gzip member as the sink writes it: a header, each batch flushed, an end."""
+def _member(
+    batches: list[bytes], *, end: bool = True, flush: int = zlib.Z_SYNC_FLUSH
+) -> list[bytes]:
+    """One gzip member: a header, each batch flushed, an end.
+
+    ``Z_FULL_FLUSH`` is how the sink writes now (each batch stands alone);
+    ``Z_SYNC_FLUSH``, whose batches refer back, is how it wrote before.
+    """
     deflate = zlib.compressobj(wbits=31)
-    out = [deflate.compress(batch) + deflate.flush(zlib.Z_SYNC_FLUSH) for batch in batches]
+    out = [deflate.compress(batch) + deflate.flush(flush) for batch in batches]
     if end:
         out[-1] += deflate.flush(zlib.Z_FINISH)
     return out
@@ -275,6 +283,107 @@ def test_twins_that_cannot_be_told_apart_are_not_guessed_at(tmp_path: Path) -> N
     assert any("more than one" in p.reason for p in problems)
 
 
+_FULL = zlib.Z_FULL_FLUSH
+# Two runs whose lines are alike but for the run id: a crash loop, or children forked
+# right after the open, start with the same events.
+TWIN_A, TWIN_B = _run(7, 200), _run(8, 200)
+
+
+def _sunk(folder: Path, batches: list[bytes], *, end: bool = True) -> list[bytes]:
+    """The bytes each write of the real ``.jsonl.gz`` sink adds (the end with the last)."""
+    path = folder / f"member{len(list(folder.iterdir()))}.jsonl.gz"
+    sink = JsonlSink(str(path), {})
+    sink.open()
+    out, size = [], 0
+    for batch in batches:
+        sink.write(batch)
+        data = path.read_bytes()
+        out.append(data[size:])
+        size = len(data)
+    if end:
+        sink.close()
+        out[-1] += path.read_bytes()[size:]
+    else:
+        sink.discard()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        pytest.param(
+            # Twins taking turns, a batch each.
+            lambda d: _interleave(
+                _sunk(d, _batches(TWIN_A, 50, 50, 50)),
+                _sunk(d, _batches(TWIN_B, 50, 50, 50)),
+                order="01010101",
+            ),
+            TWIN_A + TWIN_B,
+            id="twins",
+        ),
+        pytest.param(
+            # Batches of a line or two, which give the least to tell twins apart by.
+            lambda d: _interleave(
+                _sunk(d, _batches(TWIN_A, 150, *[2] * 10)),
+                _sunk(d, _batches(TWIN_B, *[1] * 20)),
+                order="0" + "10" * 11 + "1" * 10,
+            ),
+            TWIN_A + TWIN_B,
+            id="twins-small-batches",
+        ),
+        pytest.param(
+            # A crash loop: each run killed between batches, the next appending.
+            lambda d: b"".join(
+                _sunk(d, _batches(TWIN_A, 60, 60), end=False)[:2]
+                + _sunk(d, _batches(TWIN_B, 60, 60), end=False)[:2]
+                + _sunk(d, _batches(C, 60))
+            ),
+            TWIN_A[:120] + TWIN_B[:120] + C,
+            id="crash-loop",
+        ),
+    ],
+)
+def test_batches_of_the_sink_are_read_whoever_wrote_them(
+    tmp_path: Path, layout: Callable[[Path], bytes], expected: list[rt.Event]
+) -> None:
+    # The sink flushes each batch so that it reads alone: twins that the old
+    # layout (batches that refer back) could not tell apart lose nothing.
+    folder = tmp_path / "members"
+    folder.mkdir()
+    events, problems = _read(tmp_path, layout(folder))
+    assert sorted(events) == sorted(_encoded(expected))
+    assert all(p.torn and "another begins" in p.reason for p in problems)
+
+
+@pytest.mark.parametrize("fraction", [0.05, 0.3, 0.5, 0.9])  # where the kill lands in the batch
+def test_a_forked_child_killed_mid_batch_does_not_hide_the_parent(
+    tmp_path: Path, fraction: float
+) -> None:
+    # parent | child | parent | child's batch cut short | parent, parent, end:
+    # the parent's next batch follows torn bytes, with no batch end before it.
+    parent = _member(_batches(PARENT, 100, 100, 100, 50), flush=_FULL)
+    child = _member(_batches(KIDS[0], 100, 100, 50), flush=_FULL)
+    cut = child[1][: max(1, int(len(child[1]) * fraction))]
+    data = parent[0] + child[0] + parent[1] + cut + b"".join(parent[2:])
+    events, problems = _read(tmp_path, data)
+    kept = _whole_lines_alone(cut)
+    assert sorted(events) == sorted(_encoded(PARENT + KIDS[0][: 100 + kept]))
+    assert [p.torn for p in problems] == [True, True]
+    assert "a batch cut short" in problems[1].reason
+
+
+def _whole_lines_alone(batch: bytes) -> int:
+    """How many whole lines a batch that stands alone inflates to, cut short or not."""
+    inflater = zlib.decompressobj(wbits=-15)
+    text = b""
+    for i in range(len(batch)):
+        try:
+            text += inflater.decompress(batch[i : i + 1])
+        except zlib.error:
+            break
+    return text.count(b"\n")
+
+
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_writing_the_parents_gz_file(tmp_path: Path) -> None:
     # The real sink in a parent and its forked child, one path, their writes
@@ -348,6 +457,22 @@ def test_damage_inside_a_member_keeps_what_inflates_before_it(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(
+    ("hit", "damage"),
+    [
+        (1, b"\xff" * 8),  # the second batch's block header: not deflate at all
+        (2, b"\x00" * 8),  # the third's: a stored block whose length does not check
+    ],
+)
+def test_damage_loses_only_the_batch_it_lands_in(tmp_path: Path, hit: int, damage: bytes) -> None:
+    members = _member(_batches(A, 60, 60, 60, 60), flush=_FULL)
+    members[hit] = damage + members[hit][len(damage) :]
+    events, problems = _read(tmp_path, b"".join(members))
+    # The batches after the damaged one are read, each line once; before, all was lost.
+    assert sorted(events) == sorted(_encoded(A[: hit * 60] + A[(hit + 1) * 60 :]))
+    assert [p.torn for p in problems if "corrupt gzip data" in p.reason][-1] is False
+
+
+@pytest.mark.parametrize(
     ("tail", "reason"),
     [
         # Zeros after the end: a file system's padding after a crash, said nothing of.
@@ -363,3 +488,23 @@ def test_what_follows_the_last_member(tmp_path: Path, tail: bytes, reason: str |
         p.reason for p in problems
     ]
     assert len(problems) == (reason is not None)
+
+
+def test_a_batch_that_inflates_a_thousandfold_is_judged_by_its_start(tmp_path: Path) -> None:
+    # After a member cut short, each batch is inflated by every member that
+    # might own it. A 100 KB batch of one 100 MB line must not be held whole.
+    opened = lines(B[:1])
+    huge = b'{"event":"note","run_id":"x","seq":1,"text":"' + b" " * (100 << 20) + b'"}\n'
+    data = b"".join(_member(_batches(A, 100, 100), end=False)[:2] + _member([opened, huge]))
+    path = tmp_path / "bomb.jsonl.gz"
+    path.write_bytes(data)
+    tracemalloc.start()
+    try:
+        problems: list[ReadProblem] = []
+        events = list(rt.read(path, problems=problems))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(events) == 201  # A's first 200 lines and B's first: the huge line is skipped
+    assert peak < 40 << 20, f"peak {peak >> 20} MiB"
+    assert [p.line for p in problems] == [201, 202]  # the cut, then the line left unread
