@@ -10,5 +10,7 @@ show. ``seqs`` keeps the seqs of a run as ranges (``SeqSet``), for the fold
 and for ``runstats``, which keeps per-run counts and times for ``summary`` and
 ``validate``; ``protocol`` holds the rules a controller's events follow, per
 event and per sibling; ``validate`` checks every line and run against the
-README's Reference and gives ``Finding``s.
+README's Reference and gives ``Finding``s. ``copies`` compares, on a second
+read, the lines of the seqs a first read saw more than once: a conflicting
+copy (lines of one ``(run_id, seq)`` that differ) is reported by every command.
 """

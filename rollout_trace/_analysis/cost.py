@@ -8,6 +8,12 @@ the hot loop: events that arrive in seq order take a short path; any other
 goes through ``RunFold.add``. ``stops`` orders the runs, pairs each run that
 begins with a restore with the run before it, computes the figures
 (``figures.stop_cost``) and says what looked wrong on the way (``Note``).
+
+The short path takes only seqs never seen before, so two events with one seq
+(a run read twice, a conflicting copy) always meet in ``RunFold.add``, which
+keeps the same one in any order. Which of them differ is found by a second
+read of the seqs seen more than once (``copies.CopyCheck``, run by the
+commands); its answer, handed to ``conflicts``, becomes a note.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import msgspec
 from .._reading.lean import DISPATCHED, SEALED, LeanRestoreStarted
 from .._schema.decoding import AnyEvent
 from .._schema.events import RestoreStarted, TraceOpened
+from .copies import Conflicts
 from .figures import Note, StopCost, orphan_cost, stop_cost, stop_notes
 from .fold import FAST_KIND, IGNORED, ROLLOUT, SEQ_LIMIT, First, RunFold
+from .seqs import SeqSet
 from .siblings import E_SEQ, EXTRA, S_ATT, S_SEQ, S_TIME, SiblingTable
 
 __all__ = ["CostAnalysis", "gc_paused", "restore_costs", "RunEvents", "group_runs"]
@@ -40,14 +48,26 @@ class CostAnalysis:
 
     Feed it with ``add`` as many times as needed, then call ``stops``. Two
     analyses of parts of one trace set combine with ``merge``.
+
+    With ``copies_later``, a line whose seq was seen already is only counted:
+    a second read that compares those lines (``copies.CopyCheck``) hands in
+    the ones that differ with ``add_version``, so that a run read twice costs
+    its first read no more than counting.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, copies_later: bool = False) -> None:
+        self._copies_later = copies_later
         self._runs: dict[str, RunFold] = {}
         self.notes: list[Note] = []
+        # Per run, the seqs whose lines differ, as a second read of those in
+        # ``seen_again`` finds them (``copies.CopyCheck``); each becomes a note.
+        self.conflicts: dict[str, Conflicts] = {}
 
-    def add(self, events: Iterable[Any]) -> None:
-        """Fold events in: real ``Event``s, ``UnknownEvent``s or ``_reading.lean`` classes."""
+    def add(self, events: Iterable[Any], source: str | None = None) -> None:
+        """Fold events in: real ``Event``s, ``UnknownEvent``s or ``_reading.lean`` classes.
+
+        ``source`` names the file they come from, for ``files_to_compare``.
+        """
         # The hot loop. While a run's events come in a row and in seq order,
         # each one only extends the run's last seq range and, for an attempt
         # event, updates its attempt's row; the first event of a run, an
@@ -69,7 +89,9 @@ class CostAnalysis:
                 run_id = ev.run_id
                 run = runs.get(run_id)
                 if run is None:
-                    run = runs[run_id] = RunFold(run_id)
+                    run = runs[run_id] = RunFold(run_id, copies_later=self._copies_later)
+                if source is not None:
+                    run.sources.add(source)
                 nxt, last = None, None
                 need_first_rollout = run.first_rollout is None
                 table = run.table
@@ -131,6 +153,20 @@ class CostAnalysis:
                 mine = self._runs[run_id] = RunFold(run_id)
             mine.merge(theirs)
 
+    def add_version(self, ev: Any) -> None:
+        """Fold in a line that differs from those before it with its seq (``copies_later``)."""
+        run = self._runs[ev.run_id]
+        run.fold(ev)
+
+    def seen_again(self) -> dict[str, SeqSet]:
+        """Per run seen more than once at some seq, those seqs: what ``CopyCheck`` compares."""
+        return {r.run_id: r.again for r in self._runs.values() if r.again is not None}
+
+    def files_to_compare(self, files: Iterable[str]) -> list[str]:
+        """Those of ``files`` (in their order) that hold a run with a seq seen twice."""
+        wanted = set().union(*(r.sources for r in self._runs.values() if r.again is not None))
+        return [f for f in files if f in wanted]
+
     def runs(self) -> list[RunFold]:
         """Every run seen, ordered by the time of its ``trace_opened``."""
         return sorted((r for r in self._runs.values() if r.last is not None), key=lambda r: r.order)
@@ -152,7 +188,7 @@ class CostAnalysis:
             for path in {*run.snapshots, *run.checkpoints}:
                 published.setdefault(path, []).append(i)
         for i, run in enumerate(ordered):
-            self.notes.extend(_run_notes(run))
+            self.notes.extend(_run_notes(run, self.conflicts.get(run.run_id)))
             first = run.first_rollout
             if first is not None and isinstance(first.event, (RestoreStarted, LeanRestoreStarted)):
                 self.notes.extend(_skew_notes(run, first.event, i, ordered, published))
@@ -186,7 +222,17 @@ def _store(run: RunFold, nxt: int | None, last: Any) -> None:
         run.last = First(last.seq, last)
 
 
-def _run_notes(run: RunFold) -> Iterator[Note]:
+def _run_notes(run: RunFold, conflicts: Conflicts | None) -> Iterator[Note]:
+    if conflicts is not None:
+        files = f" (in {', '.join(sorted(run.sources))})" if run.sources else ""
+        yield Note(
+            kind="conflicting_copies",
+            run_id=run.run_id,
+            text=f"run {run.run_id}: lines that differ share {conflicts.describe()}{files}: "
+            "copies of the run disagree (an edited copy, a file torn and written again, or "
+            "two writers with one run_id); each figure counts every version of such a line, "
+            "the same in any order, but may not be what the run did",
+        )
     if run.duplicates:
         yield Note(
             kind="read_twice",
@@ -261,7 +307,12 @@ def gc_paused() -> Iterator[None]:
 
 
 def restore_costs(events: Iterable[AnyEvent]) -> list[StopCost]:
-    """Every stop in ``events`` (one trace set, any layout, any order) with its figures."""
+    """Every stop in ``events`` (one trace set, any layout, any order) with its figures.
+
+    Lines of one ``(run_id, seq)`` that differ (conflicting copies) give the
+    same figures in any order too; telling them from a line read twice takes
+    a second read of the files, which the ``cost`` command does.
+    """
     analysis = CostAnalysis()
     with gc_paused():
         analysis.add(events)

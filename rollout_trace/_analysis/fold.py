@@ -9,6 +9,15 @@ end and seal. Folding an event in is therefore commutative, folding it twice
 changes nothing, and two folds of parts of one run merge into the fold of the
 whole (``merge``), which is what lets files be read apart and joined later.
 
+Two lines may share a seq: a run read twice, or a conflicting copy (an edited
+copy, a file torn and written again, two writers with one run id). Both are
+folded in; where both would be kept, the one whose encoding (``msgspec``,
+fields sorted) sorts first is, so that neither the order nor which copy came
+first changes a figure, and a line read twice changes nothing. The seqs seen
+more than once are kept (``again``) for the commands to compare the copies;
+a fold made with ``copies_later`` leaves those lines out, for that second
+read to hand in only the ones that differ (``fold``).
+
 Memory, per run: its siblings (``siblings.SiblingTable``: a live row per
 sibling open now, a few numbers per sibling tried once and sealed); the seqs
 seen as ranges (one per gap or out-of-order stretch); the steps, snapshots
@@ -48,8 +57,9 @@ from .._schema.events import (
     TrainerCheckpointPublished,
     WeightsSynced,
 )
+from .copies import least
 from .seqs import SeqSet
-from .siblings import SiblingKey, Siblings, SiblingTable
+from .siblings import SiblingKey, Siblings, SiblingTable, earlier
 
 __all__ = [
     "FAST_KIND",
@@ -102,12 +112,20 @@ class First(NamedTuple):
     event: Any
 
 
+def tie(held: First, seq: int, ev: Any) -> First:
+    """Of two events with one seq, the one kept: the same either way round
+    (``copies.least``). Reached only when seqs are equal, which a run read once never has."""
+    return held if least(held.event, ev) is held.event else First(seq, ev)
+
+
 class RunFold:
     """The state of one run that the figures need, in any arrival order."""
 
     __slots__ = (
         "_siblings",
+        "again",
         "checkpoints",
+        "copies_later",
         "duplicates",
         "first",
         "first_restore",
@@ -119,18 +137,24 @@ class RunFold:
         "run_id",
         "seqs",
         "snapshots",
+        "sources",
         "steps",
         "table",
         "unusable",
     )
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, *, copies_later: bool = False) -> None:
         self.run_id = run_id
+        self.copies_later = copies_later
         self.seqs = SeqSet()
         # Events whose seq was seen already (a run read from two files) and
         # events with a seq no tracer gives (negative or too large).
         self.duplicates = 0
         self.unusable = 0
+        # The seqs seen more than once, and the files the run was read from
+        # (named by whoever feeds it): where to look for conflicting copies.
+        self.again: SeqSet | None = None
+        self.sources: set[str] = set()
         # The events with the lowest and highest seq, and the first of kinds.
         self.first: First | None = None
         self.last: First | None = None
@@ -153,22 +177,56 @@ class RunFold:
         if not 0 <= seq < SEQ_LIMIT:
             self.unusable += 1
             return
-        if not self.seqs.add(seq):
+        fresh = self.seqs.add(seq)
+        if not fresh:
             self.duplicates += 1
-            return
+            if self.again is None:
+                self.again = SeqSet()
+            self.again.add(seq)
+            if self.copies_later:
+                return
+        self.fold(ev, fresh)
+
+    def fold(self, ev: Any, fresh: bool = False) -> None:
+        """Fold in an event whose seq is recorded: ``fresh`` if it was seen first just now.
+
+        One that is not (another line with a seen seq) changes nothing if it
+        is a copy of one folded in already.
+        """
+        seq = ev.seq
         self._siblings = None
-        if self.first is None or seq < self.first.seq:
+        held = self.first
+        if held is None or seq < held.seq:
             self.first = First(seq, ev)
-        if self.last is None or seq > self.last.seq:
+        elif seq == held.seq:
+            self.first = tie(held, seq, ev)
+        held = self.last
+        if held is None or seq > held.seq:
             self.last = First(seq, ev)
+        elif seq == held.seq:
+            self.last = tie(held, seq, ev)
         cls = type(ev)
-        if cls in ROLLOUT and (self.first_rollout is None or seq < self.first_rollout.seq):
-            self.first_rollout = First(seq, ev)
+        if cls in ROLLOUT:
+            held = self.first_rollout
+            if held is None or seq < held.seq:
+                self.first_rollout = First(seq, ev)
+            elif seq == held.seq:
+                self.first_rollout = tie(held, seq, ev)
         kind = FAST_KIND.get(cls)
         if kind is None:
             self.other(ev)
-        elif kind != IGNORED:
+        elif kind == IGNORED:
+            pass
+        elif fresh:
             self.attempt(kind, ev)
+        elif not self.table.holds(
+            (ev.prompt_id, ev.generation_index), kind, seq, ev.attempt, ev.time
+        ):
+            # Not what a retired sibling holds already: another version of
+            # the line, or one its record cannot vouch for; a row takes it.
+            self.attempt(kind, ev)
+        elif kind == RESUMED:
+            self.resumed.add((ev.prompt_id, ev.generation_index))
 
     def attempt(self, kind: int, ev: Any) -> None:
         """Fold an attempt event in (its seq already recorded)."""
@@ -189,20 +247,17 @@ class RunFold:
         seq = ev.seq
         match ev:
             case StepTrained() | LeanStepTrained():
-                self.steps[seq] = (ev.step, ev.time)
+                _keep_step(self.steps, seq, (ev.step, ev.time))
             case SnapshotPublished() | LeanSnapshotPublished():
                 _keep_latest(self.snapshots, ev.path, seq, ev.captured_at)
             case TrainerCheckpointPublished() | LeanTrainerCheckpointPublished():
                 _keep_latest(self.checkpoints, ev.path, seq, ev.time)
             case RestoreStarted() | LeanRestoreStarted():
-                if self.first_restore is None or seq < self.first_restore.seq:
-                    self.first_restore = First(seq, ev)
+                self.first_restore = _lowest(self.first_restore, seq, ev)
             case RestoreFinished() | LeanRestoreFinished():
-                if self.restore_finished is None or seq < self.restore_finished.seq:
-                    self.restore_finished = First(seq, ev)
+                self.restore_finished = _lowest(self.restore_finished, seq, ev)
             case TraceOpened() | LeanTraceOpened():
-                if self.opened is None or seq < self.opened.seq:
-                    self.opened = First(seq, ev)
+                self.opened = _lowest(self.opened, seq, ev)
             case _:
                 pass
 
@@ -210,8 +265,15 @@ class RunFold:
         """Fold in the fold of another part of this run (another file, another process)."""
         if other is self:  # the same part twice: every event seen twice
             self.duplicates += self.seqs.count
+            self.again = self.seqs.copy()
             return
-        self.duplicates += other.duplicates + self.seqs.overlap(other.seqs)
+        both = self.seqs.intersection(other.seqs)
+        self.duplicates += other.duplicates + both.count
+        for part in (self.again, other.again):
+            if part is not None:
+                both.update(part)
+        self.again = both if both.tail is not None else None
+        self.sources |= other.sources
         self.unusable += other.unusable
         self.seqs.update(other.seqs)
         self._siblings = None
@@ -221,7 +283,8 @@ class RunFold:
         self.first_rollout = _lower(self.first_rollout, other.first_rollout)
         self.first_restore = _lower(self.first_restore, other.first_restore)
         self.restore_finished = _lower(self.restore_finished, other.restore_finished)
-        self.steps.update(other.steps)
+        for seq, step in other.steps.items():
+            _keep_step(self.steps, seq, step)
         for path, (seq, value) in other.snapshots.items():
             _keep_latest(self.snapshots, path, seq, value)
         for path, (seq, value) in other.checkpoints.items():
@@ -263,19 +326,32 @@ class RunFold:
 
 
 def _keep_latest(table: dict[str, tuple[int, float]], path: str, seq: int, value: float) -> None:
-    # Published twice under one path: the later one (by seq) stands.
+    # Published twice under one path: the later one (by seq) stands; of two
+    # with one seq (a conflicting copy), the earlier value.
     held = table.get(path)
-    if held is None or seq > held[0]:
+    if held is None or seq > held[0] or (seq == held[0] and earlier((seq, value), held)):
         table[path] = (seq, value)
 
 
+def _keep_step(steps: dict[int, tuple[int, float]], seq: int, step: tuple[int, float]) -> None:
+    held = steps.get(seq)
+    if held is None or earlier(step, held):
+        steps[seq] = step
+
+
+def _lowest(held: First | None, seq: int, ev: Any) -> First | None:
+    if held is None or seq < held.seq:
+        return First(seq, ev)
+    return tie(held, seq, ev) if seq == held.seq else held
+
+
 def _lower(a: First | None, b: First | None) -> First | None:
-    if a is None or (b is not None and b.seq < a.seq):
-        return b
-    return a
+    if b is None:
+        return a
+    return _lowest(a, b.seq, b.event)
 
 
 def _higher(a: First | None, b: First | None) -> First | None:
     if a is None or (b is not None and b.seq > a.seq):
         return b
-    return a
+    return a if b is None or b.seq < a.seq else tie(a, b.seq, b.event)

@@ -212,12 +212,17 @@ class AttemptLog:
         except OverflowError:  # past a million files
             self._where = [*self._where, where << _KIND_BITS | kind]
 
-    def check(self, place: Callable[[int], str]) -> Iterator[tuple[int, str, str, str]]:
+    def check(
+        self, place: Callable[[int], str], *, ties: bool = False
+    ) -> Iterator[tuple[int, str, str, str]]:
         """Each break of the attempt rules: where, which sibling, and what is wrong.
 
-        ``place`` names a packed place (``where_of``) for the messages, e.g. ``file:line``.
+        ``place`` names a packed place (``where_of``) for the messages, e.g.
+        ``file:line``. ``ties``: two events may share a seq (conflicting
+        copies of a line); they are then ordered by what they are and where,
+        not by which came first.
         """
-        seq, nxt = self._seq, self._next
+        seq, nxt, attempt, where = self._seq, self._next, self._attempt, self._where
         for key, head in self._head.items():
             chain = []
             i = head
@@ -225,6 +230,15 @@ class AttemptLog:
                 chain.append(i)
                 i = nxt[i]
             chain.sort(key=seq.__getitem__)
+            if ties:
+                chain.sort(
+                    key=lambda i: (
+                        seq[i],
+                        attempt[i],
+                        where[i] & _KIND_MASK,
+                        place(where[i] >> _KIND_BITS),
+                    )
+                )
             sibling = key if isinstance(key, tuple) else (key >> 32, key & (_GEN_LIMIT - 1))
             yield from self._check_sibling(sibling, chain, place)
 

@@ -107,19 +107,27 @@ class SeqSet:
 
     def overlap(self, other: SeqSet) -> int:
         """How many seqs both hold."""
+        return sum(e - s for s, e in self._common(other))
+
+    def intersection(self, other: SeqSet) -> SeqSet:
+        """The seqs both hold."""
+        out = SeqSet()
+        out._starts, out._ends = _join(self._common(other))
+        return out
+
+    def _common(self, other: SeqSet) -> Iterator[tuple[int, int]]:
         self._merge()
         other._merge()
-        out = i = j = 0
+        i = j = 0
         a_s, a_e, b_s, b_e = self._starts, self._ends, other._starts, other._ends
         while i < len(a_s) and j < len(b_s):
             lo, hi = max(a_s[i], b_s[j]), min(a_e[i], b_e[j])
             if lo < hi:
-                out += hi - lo
+                yield lo, hi
             if a_e[i] <= b_e[j]:
                 i += 1
             else:
                 j += 1
-        return out
 
     def update(self, other: SeqSet) -> None:
         """Add every seq of ``other``."""

@@ -15,13 +15,24 @@ gets a new live row; a small filter of the retired keys notices that, and
 only those siblings are joined up when the figures are computed. Memory is
 a live row per sibling open now, and about 60 bytes plus its key per sibling
 retired.
+
+Two events of one sibling may share a seq: the same line read twice (a second
+copy of the run), or two lines that differ (a conflicting copy). Each kept
+value then holds the least of them (by attempt, then time), so that which came
+first does not matter, and the same line again changes nothing. Telling the
+second case from the first for a retired sibling needs its record: a run read
+twice gets an index of its retired keys (``_Index``, 8 bytes per record) the
+first time one of them is seen again.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from array import array
 from typing import Any, NamedTuple, Union
+
+from .._reading.lean import DISPATCHED, RESUMED, SEALED
 
 __all__ = [
     "EXTRA",
@@ -33,6 +44,7 @@ __all__ = [
     "Siblings",
     "SiblingKey",
     "SiblingTable",
+    "earlier",
     "new_row",
     "pack_key",
     "unpack_key",
@@ -76,6 +88,15 @@ def new_row() -> Row:
     return [-1, -1, math.nan, -1, -1, -1, -1, math.nan, None]
 
 
+def earlier(a: tuple[Any, float], b: tuple[Any, float]) -> bool:
+    """Whether ``(attempt, time)`` ``a`` sorts before ``b``: which of two events with one
+    seq is kept. A total order (a NaN time last), so that it holds in any arrival order."""
+    if a[0] != b[0]:
+        return bool(a[0] < b[0])
+    x, y = a[1], b[1]
+    return x < y or (y != y and x == x)
+
+
 class Siblings(NamedTuple):
     """A run's siblings as the figures see them at its end.
 
@@ -104,6 +125,16 @@ class _Extra:
         self.starts: dict[int, tuple[int, float]] = {}  # seq -> (attempt, time)
         self.ends: dict[int, int] = {}  # seq -> attempt, each after the latest start
 
+    def start(self, seq: int, attempt: int, t: float) -> None:
+        held = self.starts.get(seq)
+        if held is None or earlier((attempt, t), held):
+            self.starts[seq] = (attempt, t)
+
+    def end(self, seq: int, attempt: int) -> None:
+        held = self.ends.get(seq)
+        if held is None or attempt < held:
+            self.ends[seq] = attempt
+
 
 class SiblingTable:
     """Live rows for the siblings that need them, columns for the retired ones."""
@@ -111,6 +142,7 @@ class SiblingTable:
     __slots__ = (
         "_bits",
         "_hashes",
+        "_index",
         "collide",
         "r_keys",
         "r_s_att",
@@ -138,6 +170,7 @@ class SiblingTable:
         self._bits = bytearray(1 << 10)
         self._hashes = array("q")  # each retired key's hash, to size the filter anew
         self.collide: set[SiblingKey] = set()
+        self._index: _Index | None = None  # made when a retired sibling is seen again
 
     # --- folding in -------------------------------------------------------------
 
@@ -157,36 +190,43 @@ class SiblingTable:
     def start(self, row: Row, seq: int, attempt: int, t: float) -> None:
         held = row[S_SEQ]
         if seq == held:
-            return  # the same event again (a merge of overlapping parts)
+            # The same event again (a merge of overlapping parts), or another
+            # with its seq (a conflicting copy): the earlier stands.
+            if earlier((attempt, t), (row[S_ATT], row[S_TIME])):
+                row[S_ATT], row[S_TIME] = attempt, t
+            return
         if seq < held:
-            _extra(row).starts[seq] = (attempt, t)
+            _extra(row).start(seq, attempt, t)
             return
         if held >= 0:
             _extra(row).starts[held] = (row[S_ATT], row[S_TIME])
         extra: _Extra | None = row[EXTRA]
         row[S_SEQ], row[S_ATT], row[S_TIME] = seq, attempt, t
-        # Only ends after the latest start can end it: forget the others.
-        if row[E_SEQ] < seq:
+        # Only ends after the latest start can end it: forget the others (one
+        # with the start's own seq too, as `end` would never have taken it).
+        if row[E_SEQ] <= seq:
             row[E_SEQ] = row[E_ATT] = -1
         if extra is not None:
             extra.ends = {s: a for s, a in extra.ends.items() if s > seq}
 
     def end(self, row: Row, seq: int, attempt: int) -> None:
         held = row[E_SEQ]
-        if seq <= row[S_SEQ] or seq == held:
-            return  # before the latest start, or the same event again
-        if seq > held:
+        if seq <= row[S_SEQ]:
+            return  # not after the latest start
+        if seq == held:
+            if attempt < row[E_ATT]:  # see `start`
+                row[E_ATT] = attempt
+        elif seq > held:
             if held >= 0:
                 _extra(row).ends[held] = row[E_ATT]
             row[E_SEQ], row[E_ATT] = seq, attempt
         else:
-            _extra(row).ends[seq] = attempt
+            _extra(row).end(seq, attempt)
 
     def seal(self, key: SiblingKey, row: Row, seq: int, attempt: int, t: float) -> None:
         """An ``attempt_sealed``: an end, and maybe the latest seal; retire the row if it can."""
         self.end(row, seq, attempt)
-        if seq > row[Z_SEQ]:
-            row[Z_SEQ], row[Z_ATT], row[Z_TIME] = seq, attempt, t
+        _latest_seal(row, seq, attempt, t)
         if (
             row[EXTRA] is None
             and row[S_SEQ] >= 0
@@ -232,6 +272,40 @@ class SiblingTable:
         # About 16 slots a key: one key in 16 finds its bit set by chance.
         if len(self._hashes) << 4 > len(bits) << 3:
             self._rebuild(len(bits) << 2)
+
+    def holds(self, key: SiblingKey, kind: int, seq: int, attempt: int, t: float) -> bool:
+        """Whether a retired record of ``key`` makes an event whose seq was seen change nothing.
+
+        True for a copy of its start or its seal, and for an end at or before
+        a start it holds (only ends after the latest start count). False when
+        in doubt: the event then gets a live row, which is never wrong.
+        """
+        if key in self.rows:
+            return False
+        h = hash(key)
+        bits = self._bits
+        slot = h & ((len(bits) << 3) - 1)
+        if not bits[slot >> 3] & (1 << (slot & 7)):
+            return False  # never retired: see `maybe_retired`
+        index = self._index
+        if index is None:
+            index = self._index = _Index()
+        packed = pack_key(key)
+        for i in index.find(h, self._hashes):
+            if self.r_keys[i] != packed:
+                continue
+            s_seq = self.r_s_seq[i]
+            if kind in (DISPATCHED, RESUMED):
+                if seq == s_seq and attempt == self.r_s_att[i] and t == self.r_s_time[i]:
+                    return True
+            elif seq <= s_seq or (
+                kind == SEALED
+                and seq == self.r_z_seq[i]
+                and attempt == self.r_z_att[i]
+                and t == self.r_z_time[i]
+            ):
+                return True
+        return False
 
     def _rebuild(self, size: int) -> None:
         bits = self._bits = bytearray(size)
@@ -279,8 +353,7 @@ class SiblingTable:
                 continue
             self.start(row, self.r_s_seq[i], self.r_s_att[i], s_time[i])
             self.end(row, self.r_z_seq[i], self.r_z_att[i])
-            if self.r_z_seq[i] > row[Z_SEQ]:
-                row[Z_SEQ], row[Z_ATT], row[Z_TIME] = self.r_z_seq[i], self.r_z_att[i], z_time[i]
+            _latest_seal(row, self.r_z_seq[i], self.r_z_att[i], z_time[i])
         for key, live in self.rows.items():
             row = joined.get(key)
             if row is not None:
@@ -290,6 +363,49 @@ class SiblingTable:
         for key, row in joined.items():
             _judge(key, row, out)
         return out
+
+
+def _latest_seal(row: Row, seq: int, attempt: int, t: float) -> None:
+    held = row[Z_SEQ]
+    if seq > held or (seq == held and earlier((attempt, t), (row[Z_ATT], row[Z_TIME]))):
+        row[Z_SEQ], row[Z_ATT], row[Z_TIME] = seq, attempt, t
+
+
+class _Index:
+    """Where each retired key's records are: their hashes, sorted, each with its place.
+
+    A hash's high 32 bits and the place below them share one int64: 8 bytes a
+    record (a record whose hash only shares those bits is told apart by its
+    key). Records retired after the sort wait in a dict, and are sorted in
+    once they are more than a quarter as many as the rest.
+    """
+
+    __slots__ = ("_later", "_sorted", "_upto")
+
+    def __init__(self) -> None:
+        self._sorted = array("q")
+        self._later: dict[int, list[int]] = {}
+        self._upto = 0  # the records below this are in `_sorted` or `_later`
+
+    def find(self, h: int, hashes: array[int]) -> list[int]:
+        """The places of the records whose key may hash to ``h``."""
+        n = len(hashes)
+        if n > self._upto:
+            if n - len(self._sorted) > len(self._sorted) // 4:
+                self._sorted = array("q", sorted((x >> 32) << 32 | i for i, x in enumerate(hashes)))
+                self._later = {}
+            else:
+                for i in range(self._upto, n):
+                    self._later.setdefault(hashes[i], []).append(i)
+            self._upto = n
+        table, high = self._sorted, h >> 32
+        i = bisect.bisect_left(table, high << 32)
+        out = []
+        while i < len(table) and table[i] >> 32 == high:
+            out.append(table[i] & 0xFFFFFFFF)
+            i += 1
+        later = self._later.get(h) if self._later else None
+        return out if later is None else out + later
 
 
 def _extra(row: Row) -> _Extra:
@@ -313,8 +429,8 @@ def replay(table: SiblingTable, row: Row, theirs: Row) -> None:
     for seq, attempt in ends:
         if seq >= 0:
             table.end(row, seq, attempt)
-    if theirs[Z_SEQ] > row[Z_SEQ]:
-        row[Z_SEQ], row[Z_ATT], row[Z_TIME] = theirs[Z_SEQ], theirs[Z_ATT], theirs[Z_TIME]
+    if theirs[Z_SEQ] >= 0:
+        _latest_seal(row, theirs[Z_SEQ], theirs[Z_ATT], theirs[Z_TIME])
 
 
 def _judge(key: SiblingKey, row: Row, out: Siblings) -> None:

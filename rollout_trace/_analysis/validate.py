@@ -6,6 +6,11 @@ lines are given as the lines are read, a block at a time, so that memory does
 not grow with the bad lines of a file that is no trace at all; findings about
 runs, their attempts and whole files come at the end, once every line is in
 (lines and files may come in any order).
+
+Lines whose ``(run_id, seq)`` was seen already are compared on a second read
+of the files that hold them (``compare``): a line that differs from those
+before it with its seq (a conflicting copy) is an error, and is checked as
+a line of its own, so that the findings do not depend on which came first.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from .._reading.lean import ATTEMPT_KIND
 from .._reading.reader import ReadProblem
 from .._schema.decoding import UnknownEvent
 from .._schema.events import Event, TraceClosed, TraceOpened
+from .copies import VERSION, CopyCheck
 from .protocol import (
     CHECKED,
     UNIX_MAX,
@@ -178,22 +184,67 @@ class Validator:
                         "a seq is used once in a run",
                     )
                 continue  # a COPY: the same event, read from another file too
-            cls = type(ev)
-            kind = ATTEMPT_KIND.get(cls)
-            if kind is not None:
-                if ev.attempt < 0 or ev.generation_index < 0:  # type: ignore[union-attr]
-                    self._problems_of(ev, path, line)
-                run.attempts.add(kind, ev, base | line)
-            elif cls in CHECKED:
-                if cls is TraceOpened and ev.seq != 0:
-                    self._error(path, line, f"trace_opened has seq {ev.seq}; it must be seq 0")
-                self._problems_of(ev, path, line)
-            t = ev.time
-            if not UNIX_MIN <= t <= UNIX_MAX:
-                run.off_clock += 1
-                if run.off_clock_first is None:
-                    run.off_clock_first = (t, base | line)
+            self._check_line(run, ev, path, line, base)
         self._flush()
+
+    def _check_line(
+        self, run: _Run, ev: Event | UnknownEvent, path: str, line: int, base: int
+    ) -> None:
+        cls = type(ev)
+        kind = ATTEMPT_KIND.get(cls)
+        if kind is not None:
+            if ev.attempt < 0 or ev.generation_index < 0:  # type: ignore[union-attr]
+                self._problems_of(ev, path, line)
+            run.attempts.add(kind, ev, base | line)
+        elif cls in CHECKED:
+            if cls is TraceOpened and ev.seq != 0:
+                self._error(path, line, f"trace_opened has seq {ev.seq}; it must be seq 0")
+            self._problems_of(ev, path, line)
+        t = ev.time
+        if not UNIX_MIN <= t <= UNIX_MAX:
+            run.off_clock += 1
+            if run.off_clock_first is None:
+                run.off_clock_first = (t, base | line)
+
+    # --- the second read: lines that share a seq, compared ----------------------
+
+    def copy_check(self) -> tuple[CopyCheck, list[str]] | None:
+        """What to compare on a second read and the files to read; None: no seq seen twice."""
+        again = {
+            run_id: seqs for run_id, r in self.runs.items() if (seqs := r.stats.again) is not None
+        }
+        if not again:
+            return None
+        wanted = {f for run_id in again for f in self.runs[run_id].stats.files}
+        return CopyCheck(again, places=True), [f for f in self._names if f in wanted]
+
+    def compare(
+        self,
+        check: CopyCheck,
+        path: str,
+        events: Sequence[Event | UnknownEvent],
+        lines: Sequence[int],
+    ) -> None:
+        """A block of the second read: each line that differs from those before it with its seq."""
+        base = where_of(self._index[path], 0)
+        for ev, line in zip(events, lines, strict=True):
+            if check.check(ev, base | line) != VERSION:
+                continue
+            run = self.runs[ev.run_id]
+            run.stats.add_version(ev)
+            self._error(
+                path,
+                line,
+                f"run {ev.run_id}, seq {ev.seq}: this {_tag(ev)} differs from the line at "
+                f"{self._place(check.first_place(ev))} with the same run_id and seq (a "
+                "conflicting copy: an edited copy, a file torn and written again, or two "
+                "writers with one run_id); a seq is used once in a run, and every copy of a "
+                "line must be the same",
+            )
+            self._check_line(run, ev, path, line, base)
+        self._flush()
+        for run_id, conflicts in check.conflicts().items():
+            self.runs[run_id].stats.conflicts = conflicts
 
     def _problems_of(self, ev: Event | UnknownEvent, path: str, line: int) -> None:
         for severity, reason in event_problems(ev):
@@ -284,13 +335,15 @@ class Validator:
                 "(1e9 to 1e11) unless the tracer was given such a clock=",
             )
         if stats.read_twice:
+            differ = stats.conflicts.count
+            but = f", but for the lines of {differ:,} seq(s) that differ (errors)" if differ else ""
             say(
                 "note",
                 f"read from {len(stats.files)} files: {stats.read_twice:,} line(s) were events "
                 "read already from another file (the same run read twice, e.g. by two file "
-                "sinks) and count once",
+                f"sinks) and count once{but}",
             )
-        breaks = sorted(run.attempts.check(self._place))
+        breaks = sorted(run.attempts.check(self._place, ties=stats.again is not None))
         for where, sibling, severity, reason in breaks:
             index, line = split_where(where)
             self._emit(
@@ -322,3 +375,10 @@ class Validator:
                 f"trace_closed says written={c.written} but the trace set holds {held} "
                 "of the run's events (a sink failed, or a file is missing)",
             )
+
+
+def _tag(ev: Event | UnknownEvent) -> str:
+    if isinstance(ev, UnknownEvent):
+        return ev.event
+    tag = type(ev).__struct_config__.tag
+    return tag if isinstance(tag, str) else type(ev).__name__

@@ -7,9 +7,11 @@ import datetime as dt
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import TextIO
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TextIO
 
+from .._analysis.copies import VERSION, Conflicts, CopyCheck
+from .._analysis.seqs import SeqSet
 from .._reading.paths import expand_paths
 from .._reading.reader import Problems, ReadProblem, iter_blocks
 from .._schema.decoding import UnknownEvent
@@ -20,6 +22,8 @@ __all__ = [
     "BadLines",
     "add_paths",
     "blocks",
+    "compare_copies",
+    "read_again",
     "trace_files",
     "report_problems",
     "fmt_time",
@@ -89,6 +93,36 @@ def blocks(
     finally:
         if progress is not None:
             progress.clear()
+
+
+def read_again(
+    files: Sequence[str], *, lean: bool = False
+) -> Iterator[tuple[str, list[Event | UnknownEvent], Sequence[int]]]:
+    """The blocks of ``files`` read a second time, their bad lines not reported again."""
+    return blocks(files, _reported_already, lean=lean)
+
+
+def _reported_already(_: ReadProblem) -> None:
+    pass
+
+
+def compare_copies(
+    again: Mapping[str, SeqSet],
+    files: Sequence[str],
+    version: Callable[[Any], None],
+    *,
+    lean: bool = False,
+) -> dict[str, Conflicts]:
+    """Per run, the seqs of ``again`` held by lines that differ, from a second read of ``files``.
+
+    Each line that differs from those before it with its seq goes to ``version``.
+    """
+    check = CopyCheck(again)
+    for _, events, _ in read_again(files, lean=lean):
+        for ev in events:
+            if check.check(ev) == VERSION:
+                version(ev)
+    return check.conflicts()
 
 
 class BadLines:

@@ -12,7 +12,17 @@ import msgspec
 from .._analysis.cost import CostAnalysis, gc_paused
 from .._analysis.figures import FIGURE_ROWS, FIGURES, StopCost
 from .command import Command
-from .common import BadLines, add_paths, blocks, fmt_num, fmt_time, report_problems, table
+from .common import (
+    BadLines,
+    add_paths,
+    blocks,
+    compare_copies,
+    fmt_num,
+    fmt_time,
+    report_problems,
+    table,
+    trace_files,
+)
 
 __all__ = ["COMMAND", "render"]
 
@@ -25,9 +35,13 @@ A stop is a run followed by a later run whose rollout work begins with
 restore_started. The exact rules for stops and the definition of every figure
 are in the README, section Reference > Restore-cost figures.
 
+A run read from two files (two sinks of one tracer, a copy) counts once; the
+lines of a seq read more than once are read again and compared, and lines
+that differ (a conflicting copy) are noted (conflicting_copies).
+
 Exit status (README, section Reference > Exit codes): 0 every figure computed,
-1 some figure could not be computed (shown as n/a, with the reason), 2 wrong
-usage or a missing file.
+1 some figure could not be computed (shown as n/a, with the reason) or lines
+of one (run_id, seq) differ, 2 wrong usage or a missing file.
 """
 
 # Every figure adds up over stops but the points in time and the step.
@@ -42,10 +56,18 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     # Counted, the first few kept: a text log given by mistake is millions of them.
     problems = BadLines()
-    analysis = CostAnalysis()
+    # A run read twice is folded once here; the lines that differ come with
+    # the second read that looks for them.
+    analysis = CostAnalysis(copies_later=True)
+    files = trace_files(args.paths)
     with gc_paused():
-        for _, events, _ in blocks(args.paths, problems, lean=True):
-            analysis.add(events)
+        for path, events, _ in blocks(files, problems, lean=True):
+            analysis.add(events, source=path)
+        again = analysis.seen_again()
+        if again:
+            analysis.conflicts = compare_copies(
+                again, analysis.files_to_compare(files), analysis.add_version, lean=True
+            )
         stops = analysis.stops()
     report_problems(problems.first, problems.count)
     for note in analysis.notes:
@@ -70,7 +92,8 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(render(stops))
-    return 1 if any(s.reasons for s in stops) else 0
+    # Lines that disagree make the data set inconsistent, whatever it gave.
+    return 1 if any(s.reasons for s in stops) or analysis.conflicts else 0
 
 
 def _value(stop: StopCost, figure: str) -> str:

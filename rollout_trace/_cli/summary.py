@@ -16,6 +16,7 @@ from .common import (
     BadLines,
     add_paths,
     blocks,
+    compare_copies,
     fmt_num,
     fmt_time,
     report_problems,
@@ -32,8 +33,10 @@ examples:
 
 A run read from several files is one run: an event found again in another
 file (two file sinks of one tracer, a copied file) counts once, in read_twice.
-Bad lines go to standard error, the first few of them; rollout-trace validate
-lists every one.
+The lines of a seq read more than once are read again and compared: lines of
+one (run_id, seq) that differ (a conflicting copy) are counted in conflicts,
+and each version in events. Bad lines go to standard error, the first few of
+them; rollout-trace validate lists every one.
 """
 
 
@@ -92,6 +95,7 @@ def collect(paths: list[str]) -> SetSummary:
             if stats is None:
                 stats = runs[ev.run_id] = RunStats(ev.run_id)
             stats.add(ev, path)
+    _compare_copies(files, runs)
     out = SetSummary(files=files, runs=[], lines=lines + bad.count, bad=bad)
     for (run_id, torn), n in charges.items():
         stats = runs.get(run_id) if run_id is not None else None
@@ -104,6 +108,19 @@ def collect(paths: list[str]) -> SetSummary:
     out.unattributed_first = [p for p in unattributed if p.run_id not in runs][:PROBLEMS_SHOWN]
     out.runs = sorted((s.summary() for s in runs.values()), key=lambda s: s.first_time)
     return out
+
+
+def _compare_copies(files: list[str], runs: dict[str, RunStats]) -> None:
+    """Read the files of the runs with a seq seen twice again; count the versions that differ."""
+    again = {run_id: s.again for run_id, s in runs.items() if s.again is not None}
+    if not again:
+        return
+    wanted = {f for run_id in again for f in runs[run_id].files}
+    found = compare_copies(
+        again, [f for f in files if f in wanted], lambda ev: runs[ev.run_id].add_version(ev)
+    )
+    for run_id, conflicts in found.items():
+        runs[run_id].conflicts = conflicts
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -172,6 +189,15 @@ def render(found: SetSummary) -> str:
             ranges = ", ".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in s.seq_gaps[:10])
             more = " ..." if len(s.seq_gaps) > 10 else ""
             out.append(f"  {s.run_id}: {ranges}{more}")
+    differ = [s for s in summaries if s.conflicts]
+    if differ:
+        out += ["", "conflicting copies (lines of one run_id and seq that differ; each counted)"]
+        for s in differ:
+            ranges = ", ".join(
+                f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in s.conflict_seqs[:10]
+            )
+            more = " ..." if len(s.conflict_seqs) > 10 else ""
+            out.append(f"  {s.run_id}: {s.conflicts:,} seq(s): {ranges}{more}")
     twice = [s for s in summaries if s.read_twice]
     if twice:
         out += ["", "runs read from more than one file (each event counted once)"]

@@ -12,7 +12,7 @@ from .._timeline.fold import TimelineFold
 from .._timeline.model import Timeline
 from .._timeline.page import html_of
 from .command import Command
-from .common import BadLines, add_paths, blocks, report_problems, trace_files
+from .common import BadLines, add_paths, blocks, compare_copies, report_problems, trace_files
 
 __all__ = ["COMMAND", "SUFFIXES"]
 
@@ -73,12 +73,19 @@ def _run(args: argparse.Namespace) -> int:
     problems = BadLines()
     # Each block is folded as it is read and then let go: what the timeline
     # keeps is what it draws, never the events.
-    fold = TimelineFold()
+    fold = TimelineFold(copies_later=True)
     # Millions of small acyclic records: the cyclic collector would walk them
     # all, again and again, for nothing.
     with gc_paused():
-        for _, block, _ in blocks(files, problems):
-            fold.add(block)
+        for path, block, _ in blocks(files, problems):
+            fold.add(block, source=path)
+        again = fold.cost.seen_again()
+        if again:
+            # Lines of one (run_id, seq) that differ are drawn the same in any
+            # order; this finds them, for the figures and the notes.
+            fold.cost.conflicts = compare_copies(
+                again, fold.cost.files_to_compare(files), fold.cost.add_version
+            )
         tl = fold.timeline()
     report_problems(problems.first, problems.count)
     for note in tl.notes:

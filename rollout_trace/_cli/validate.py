@@ -6,7 +6,7 @@ import argparse
 
 from .._analysis.validate import Finding, Validator
 from .command import Command
-from .common import add_paths, blocks, trace_files
+from .common import add_paths, blocks, read_again, trace_files
 
 __all__ = ["COMMAND", "verdict"]
 
@@ -24,7 +24,9 @@ attempt of the same sibling started; a file none of whose lines is an event.
 Warnings: a run without trace_closed (killed), a torn last line, seq gaps that
 trace_closed accounts for as dropped or invalid, an unknown schema version,
 times that are not Unix seconds, an empty file. Notes: a run read from two
-files (two sinks, a copy), counted once. Lines and files may come in any
+files (two sinks, a copy), counted once; but two lines of one run_id and seq
+that differ (a conflicting copy, in one file or two) are an error, found by
+reading the lines of seqs seen twice again. Lines and files may come in any
 order. The rules: the README, section Reference > Wire format, Lifecycle
 events and Rollout events, and section Instrumenting a controller.
 Exit status: 0 no errors (warnings allowed), 1 errors or not a trace at all,
@@ -57,6 +59,11 @@ def _run(args: argparse.Namespace) -> int:
     validator = Validator(files, out=out)
     for path, events, lines in blocks(files, validator.problem):
         validator.add(path, events, lines)
+    compare = validator.copy_check()
+    if compare is not None:
+        check, again = compare
+        for path, events, lines in read_again(again):
+            validator.compare(check, path, events, lines)
     validator.finish()
     print(verdict(validator, len(files)))
     return 1 if validator.errors or not validator.events else 0

@@ -36,6 +36,7 @@ __all__ = [
     "SEALED",
     "ENDED",
     "RESUMED",
+    "lean_decoder",
     "lean_list_decoder",
     "lean_holds_real_classes",
 ]
@@ -183,23 +184,30 @@ for _tag, _kind in _KIND_BY_TAG.items():
     ATTEMPT_KIND[event_types()[_tag]] = _kind
 
 
+def lean_decoder() -> msgspec.json.Decoder[Any]:
+    """A decoder for one event, or for lines of them (``decode_lines``): lean where
+    a twin exists, real otherwise."""
+    return _lean()[1]
+
+
 def lean_list_decoder() -> msgspec.json.Decoder[Any]:
     """A decoder for a JSON array of events: lean where a twin exists, real otherwise."""
-    return _lean_list()[0]
+    return _lean()[0]
 
 
 def lean_holds_real_classes() -> bool:
-    """Whether ``lean_list_decoder()`` decodes some events (users') into real classes,
+    """Whether ``lean_decoder()`` decodes some events (users') into real classes,
     whose envelope defaults the reader must then look for."""
-    return _lean_list()[1]
+    return _lean()[2]
 
 
-def _lean_list() -> tuple[msgspec.json.Decoder[Any], bool]:
-    return REGISTRY.cached("lean_list_decoder", _build_lean_list_decoder)
+def _lean() -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any], bool]:
+    return REGISTRY.cached("lean_decoders", _build_lean_decoders)
 
 
-def _build_lean_list_decoder() -> tuple[msgspec.json.Decoder[Any], bool]:
+def _build_lean_decoders() -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any], bool]:
     classes = REGISTRY.decodable_types()
     types = tuple(LEAN.get(tag, cls) for tag, cls in classes.items())
     union: Any = Union[types]  # noqa: UP007
-    return msgspec.json.Decoder(list[union]), not set(classes) <= set(LEAN)
+    holds_real = not set(classes) <= set(LEAN)
+    return msgspec.json.Decoder(list[union]), msgspec.json.Decoder(union), holds_real

@@ -1,8 +1,8 @@
 """Streaming trace sets back into typed events (README: Reference > Wire format).
 
-Lines are decoded a block at a time: a block of complete lines becomes one JSON
-array that msgspec decodes in a single call, so the per-line cost is msgspec's
-and not the interpreter's. A block that fails is split in halves until the bad
+Lines are decoded a block at a time: msgspec decodes a block of complete lines
+in a single call (``decode_lines``), so the per-line cost is msgspec's and not
+the interpreter's. A block that fails is split in halves until the bad
 lines are isolated, so one bad line costs a few extra decodes, not a slow path
 for the whole file. Whichever decoder a line meets (the block's, real or lean,
 or ``decode_one`` alone), it is read or skipped alike.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Union
 
@@ -21,7 +22,7 @@ import msgspec
 from .._errors import TraceReadError
 from .._schema.decoding import AnyEvent, bounded, decode_one, decoders
 from .gunzip import Cut, gunzip, looks_like_gzip
-from .lean import lean_holds_real_classes, lean_list_decoder
+from .lean import lean_decoder, lean_holds_real_classes
 from .paths import expand_paths
 
 __all__ = [
@@ -43,6 +44,10 @@ _MAX_LINE = 64 << 20
 # What of a skipped line is searched for its run_id and seq.
 _HEAD = 4096
 _GZIP_MAGIC = b"\x1f\x8b"
+# Where a gzip member begins: magic, then deflate (what gunzip resyncs on).
+_MEMBER_MAGIC = b"\x1f\x8b\x08"
+# Raw bytes a probe inflates to tell a member from bytes that hold its magic.
+_PROBE = 64 << 10
 # Read from a bad line to charge it to its run; the id may lack its closing
 # quote on a torn line.
 _RUN_ID = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,64})')
@@ -54,6 +59,12 @@ _get_time = operator.attrgetter("time")
 _get_run_id = operator.attrgetter("run_id")
 _get_seq = operator.attrgetter("seq")
 _EVENT_START = b'{"event"'
+# Where, inside one line, ``decode_lines`` could end one event and begin the
+# next: `}{`, JSON whitespace aside (lines hold no newline). Inside one JSON
+# value only a string holds it; a line holding it is read by the block only if
+# it is one JSON value on its own.
+_SEPARATOR = re.compile(rb"\}[ \t\r]*\{")
+_one_value = msgspec.json.Decoder(msgspec.Raw)
 
 
 class ReadProblem(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,6 +122,14 @@ class _Source:
     but one not named ``.gz`` that zlib refuses at once, or that ends inside
     what looked like a header, only began like gzip, with a first line of
     garbage, and is read as the lines it is.
+
+    A file is gzip too when a member begins further into its first chunk, or
+    when it is named ``.gz`` and that chunk holds a NUL byte, which no line of
+    text holds, and does not begin with a line of JSON: zeros where a crash
+    lost what a file system had not written, or the deflate data of a member
+    whose header is lost. Read as text, such a file would give up every member
+    after the junk; gunzip reports the junk and reads on from the next member
+    it finds.
     """
 
     def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
@@ -124,9 +143,7 @@ class _Source:
             raise TraceReadError(f"cannot open trace file {self.path!r}: {exc}") from exc
         with f:
             first = f.read(_CHUNK)
-            if first.startswith(_GZIP_MAGIC) and (
-                self.path.endswith(".gz") or looks_like_gzip(first)
-            ):
+            if _is_gzip(first, self.path.endswith(".gz")):
                 yield from gunzip(f, first, self._on_bytes)
                 return
             while first:
@@ -134,6 +151,35 @@ class _Source:
                     self._on_bytes(len(first))
                 yield first
                 first = f.read(_CHUNK)
+
+
+def _is_gzip(first: bytes, named_gz: bool) -> bool:
+    """Whether a file whose first chunk is ``first`` is read as gzip (see ``_Source``)."""
+    if first.startswith(_GZIP_MAGIC) and (named_gz or looks_like_gzip(first)):
+        return True
+    if named_gz and b"\0" in first:
+        end = first.find(b"\n")
+        if end < 0 or not _whole(memoryview(first)[:end]):
+            return True
+    return _member_in(first)
+
+
+def _member_in(data: bytes) -> bool:
+    """Whether a gzip member begins somewhere in ``data``.
+
+    Taken for one only if it inflates to the start of a line: a line of text
+    (or other junk) can hold the magic bytes too.
+    """
+    view = memoryview(data)
+    at = data.find(_MEMBER_MAGIC)
+    while at >= 0:
+        try:
+            if zlib.decompressobj(wbits=31).decompress(view[at : at + _PROBE], 1) == b"{":
+                return True
+        except zlib.error:
+            pass
+        at = data.find(_MEMBER_MAGIC, at + 1)
+    return False
 
 
 # --- decoding ------------------------------------------------------------------
@@ -148,23 +194,63 @@ def _is_fragment(head: bytes) -> bool:
     return False
 
 
-# A block decoder: one msgspec call for a JSON array of lines, and whether its
-# classes leave the envelope to be checked here (real events have defaults).
+# A block decoder: one msgspec call for a block of lines (``decode_lines``), and
+# whether its classes leave the envelope to be checked here (real events have
+# defaults).
 _Many = tuple[msgspec.json.Decoder[Any], bool]
 
 
-def _decode_many(payload: bytes, count: int, many: _Many) -> list[AnyEvent] | None:
-    """A JSON array of ``count`` lines' events, or None if any line is bad.
+def _whole(line: bytes | memoryview) -> bool:
+    """Whether ``line`` is one JSON value on its own (its types unchecked)."""
+    try:
+        _one_value.decode(line)
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    return True
+
+
+def _unsplit(text: bytes, end: int, count: int) -> bool:
+    """Whether ``decode_lines`` took each of the ``count`` lines of ``text[:end]``
+    for one event.
+
+    It takes a newline for whitespace: lines decode as many events as there
+    are lines even when one is `{A} {B` and the next its rest `..}`. A newline
+    between `}` and `{` is no such rest, as inside one value an object is never
+    followed by another without a comma: when every line begins with `{` and
+    ends with `}`, each holds a whole number of events, one by the count.
+    Otherwise a line holding `}{` (``_SEPARATOR``), which is rare, is decoded
+    alone to check it.
+    """
+    if (
+        text.startswith(b"{")
+        and text.endswith(b"}", 0, end)
+        and text.count(b"}\n{", 0, end) == count - 1
+    ):
+        return True
+    view = memoryview(text)
+    at = 0
+    while (found := _SEPARATOR.search(text, at, end)) is not None:
+        start = text.rfind(b"\n", 0, found.start()) + 1
+        at = text.find(b"\n", found.end(), end)
+        at = end if at < 0 else at
+        if not _whole(view[start:at]):
+            return False
+    return True
+
+
+def _decode_many(text: bytes | memoryview, count: int, many: _Many) -> list[AnyEvent] | None:
+    """The events of ``text``, ``count`` whole lines, or None if any line is bad.
 
     Bad is what ``decode_one`` says of the line, so that a line is read or
-    skipped whatever lines it shares a block with.
+    skipped whatever lines it shares a block with. That each line gave one
+    event the caller checks (``_unsplit``).
     """
     decoder, check = many
     try:
-        events: list[AnyEvent] = decoder.decode(payload)
+        events: list[AnyEvent] = decoder.decode_lines(text)
     except (msgspec.DecodeError, RecursionError):  # nested too deep: read line by line
         return None
-    # A line holding `{..},{..}` would decode as two events.
+    # An empty line gives no event, and an object across two lines one for two.
     if len(events) != count:
         return None
     # What `envelope_problem` asks, over the whole block at once.
@@ -191,8 +277,8 @@ class _Block:
 
     def decode(self, lines: list[bytes], first_line: int) -> None:
         if len(lines) > _SPLIT_FLOOR:
-            evs = _decode_many(b"[" + b",".join(lines) + b"]", len(lines), self.many)
-            if evs is not None:
+            evs = _decode_many(b"\n".join(lines), len(lines), self.many)
+            if evs is not None and all(map(_whole, filter(_SEPARATOR.search, lines))):
                 self.events.extend(evs)
                 self.lines.extend(range(first_line, first_line + len(lines)))
                 return
@@ -259,10 +345,10 @@ def iter_blocks(
     block at a time to keep per-event overhead low. ``on_bytes`` is told how
     many raw bytes were consumed, for progress display. ``lean`` decodes the
     built-in events into their twins in ``lean`` (for the cost analysis);
-    lines in a block with a bad line may come as real events instead. Which
-    lines are read is the same either way.
+    lines in a block with a bad line, and a line that spans two reads, may
+    come as real events instead. Which lines are read is the same either way.
     """
-    many = (lean_list_decoder(), lean_holds_real_classes()) if lean else (decoders()[1], True)
+    many = (lean_decoder(), lean_holds_real_classes()) if lean else (decoders()[0], True)
     for path in expand_paths(paths):
         yield from _Lines(path, problems, many).read(_Source(path, on_bytes).chunks())
 
@@ -272,7 +358,9 @@ class _Lines:
 
     A line is held as the pieces it arrived in and joined once, so a long
     one costs a copy, not one per chunk; one longer than ``_MAX_LINE`` is
-    reported and skipped without being held.
+    reported and skipped without being held. A held line is decoded alone,
+    once its pieces are let go, so a long one costs its text and its event;
+    the lines of a chunk are decoded where they lie, with no copy.
     """
 
     def __init__(self, path: str, problems: Problems, many: _Many) -> None:
@@ -302,29 +390,43 @@ class _Lines:
         if end < 0:
             self._hold(chunk)
             return
-        if self.skipping:
-            # The long line ends here; the bytes after its newline are new lines.
+        if self.skipping or self.pieces:
+            # The line under way ends here; the bytes after its newline are new lines.
             start = chunk.find(b"\n") + 1
-            self.skipping = False
-            self.line_no += 1
+            if self.skipping:
+                self.skipping = False
+                self.line_no += 1
+            else:
+                yield from self._held_line(chunk[: start - 1])
             if start > end:
                 self._hold(chunk[start:])
                 return
             chunk, end = chunk[start:], end - start
         count = chunk.count(b"\n", 0, end) + 1
-        # The common case costs one copy for the commas and one for the join.
-        commas = memoryview(chunk.replace(b"\n", b","))[:end]
-        events = _decode_many(b"".join((b"[", *self.pieces, commas, b"]")), count, self.many)
-        if events is not None:
+        events = _decode_many(memoryview(chunk)[:end], count, self.many)
+        if events is not None and _unsplit(chunk, end, count):
             yield self.path, events, range(self.line_no, self.line_no + count)
         else:
             block = _Block(self.path, self.problems, self.many)
-            block.decode(b"".join((*self.pieces, chunk[:end])).split(b"\n"), self.line_no)
+            block.decode(chunk[:end].split(b"\n"), self.line_no)
             if block.events:
                 yield self.path, block.events, block.lines
         self.line_no += count
-        self.pieces, self.held = [], 0
         self._hold(chunk[end + 1 :])
+
+    def _held_line(self, last: bytes) -> Iterator[tuple[str, list[AnyEvent], Sequence[int]]]:
+        """The held line, whose last piece is ``last``, decoded alone."""
+        self._hold(last)
+        if self.skipping:  # too long, and reported
+            self.skipping = False
+        else:
+            line = b"".join(self.pieces)
+            self.pieces, self.held = [], 0
+            block = _Block(self.path, self.problems, self.many)
+            block.line(line, self.line_no, torn=False)
+            if block.events:
+                yield self.path, block.events, block.lines
+        self.line_no += 1
 
     def _hold(self, piece: bytes) -> None:
         if self.skipping or not piece:
@@ -352,6 +454,7 @@ class _Lines:
         under way, if any, is torn."""
         block = _Block(self.path, self.problems, self.many)
         rest = b"".join(self.pieces)
+        self.pieces = []
         if rest:
             # A whole line that only lacks its newline is kept as it is.
             block.line(rest, self.line_no, torn=True, why_torn=why)
@@ -359,7 +462,7 @@ class _Lines:
             block.problem(self.line_no, why, torn=torn)
         if rest or self.skipping:
             self.line_no += 1
-        self.pieces, self.held, self.skipping = [], 0, False
+        self.held, self.skipping = 0, False
         if block.events:
             yield self.path, block.events, block.lines
 

@@ -175,20 +175,20 @@ class _Run:
             return
         seq = ev.seq
         if code <= _RESUMED:
-            if rec.started and rec.start_seq == seq:
-                return  # the same line again
             if not rec.started and seq < rec.end_seq:
                 # The start of a try whose end came first.
                 self._set_start(rec, code, ev)
                 return
-        else:
-            if rec.end_seq == seq:
-                return
-            if rec.end_seq < 0 and seq > rec.start_seq:
-                self._set_end(rec, code, ev)
-                return
+        elif rec.end_seq < 0 and seq > rec.start_seq:
+            self._set_end(rec, code, ev)
+            return
+        held, item = self._items_of(rec), self._item(code, ev)
+        if item in held:
+            return  # the same line again
+        # Another start or end, or another line with a seq the try has (a
+        # conflicting copy): `_untangle` sorts it out, the same in any order.
         del self.tries[key]
-        self.tangled[key] = [*self._items_of(rec), self._item(code, ev)]
+        self.tangled[key] = [*held, item]
 
     def _name(self, s: str) -> str:
         return self.names.setdefault(s, s)
@@ -247,7 +247,8 @@ class _Run:
 
     def _untangle(self, key: _Key, items: list[_Item]) -> list[Attempt]:
         """A tangled try's events, in seq order, as the attempts they make."""
-        items.sort(key=lambda it: (it[0], it[1]))
+        # Of the lines that share a seq, the least (by kind, time and fields) is kept.
+        items.sort(key=lambda it: (it[0], it[1], *_time_rank(it[2]), it[3], repr(it[4])))
         out: list[Attempt] = []
         open_: Attempt | None = None
         for seq, group in itertools.groupby(items, key=lambda it: it[0]):
@@ -394,8 +395,12 @@ class _Run:
 
 
 def _other_rank(m: Mark) -> tuple[str, bool, float, str]:
-    t = m.time
-    return (m.name, t != t, t if t == t else 0.0, repr(m.values))
+    return (m.name, *_time_rank(m.time), repr(m.values))
+
+
+def _time_rank(t: float) -> tuple[bool, float]:
+    # A total order on times, NaN last: ties go the same way in any order.
+    return (t != t, t if t == t else 0.0)
 
 
 def _sort_attempts(attempts: list[Attempt]) -> None:
@@ -414,7 +419,8 @@ def _sort_attempts(attempts: list[Attempt]) -> None:
 
 
 def _restores(items: list[tuple[int, int, float, str, int]]) -> list[Restore]:
-    items.sort(key=lambda it: (it[0], it[1]))
+    # Of restore lines that share a seq, the least is kept (see `_untangle`).
+    items.sort(key=lambda it: (it[0], it[1], *_time_rank(it[2]), it[3], repr(it[4])))
     out: list[Restore] = []
     for _, group in itertools.groupby(items, key=lambda it: it[0]):
         _, finished, t, path, step = next(group)
@@ -437,13 +443,16 @@ class TimelineFold:
     what is drawn (attempts, marks), not with the events read.
     """
 
-    def __init__(self) -> None:
-        self.cost = CostAnalysis()
+    def __init__(self, *, copies_later: bool = False) -> None:
+        # ``copies_later``: see ``CostAnalysis``; this fold keeps every line anyway.
+        self._copies_later = copies_later
+        self.cost = CostAnalysis(copies_later=copies_later)
         self._runs: dict[str, _Run] = {}
 
-    def add(self, events: Iterable[AnyEvent]) -> None:
+    def add(self, events: Iterable[AnyEvent], source: str | None = None) -> None:
+        """Fold a block in; ``source`` names its file (see ``CostAnalysis.add``)."""
         block: list[Any] = events if isinstance(events, list) else list(events)
-        self.cost.add(block)
+        self.cost.add(block, source)
         # The hot loop. A try's first event and the end that follows its
         # start are most lines of a trace: they are folded inline; the rest
         # goes through `_Run.attempt` and `_Run.other`.
@@ -505,7 +514,7 @@ class TimelineFold:
         """The timeline of everything added; the fold lets go of its state."""
         stops = self.cost.stops()
         notes = list(self.cost.notes)
-        self.cost = CostAnalysis()
+        self.cost = CostAnalysis(copies_later=self._copies_later)
         folds = sorted(self._runs.values(), key=lambda r: r.order)
         runs = [f.line() for f in folds]
         for i, run in enumerate(runs):

@@ -12,6 +12,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from scenario import (
     abandon,
@@ -438,3 +439,206 @@ def test_merging_keeps_the_parts_as_they_were_and_a_part_merged_twice_counts_onc
     whole = CostAnalysis()
     whole.add(a + b)
     assert [s.to_dict() for s in total.stops()] == [s.to_dict() for s in whole.stops()]
+
+
+# --- conflicting copies: two lines of one (run_id, seq) that differ --------------------
+
+# Run A stops with sibling 2 open; B restores A's snapshot /s/1 (captured at
+# 148) and restarts sibling 2. Sibling 1 is sealed before the capture,
+# sibling 3 after it (redone). Seqs: 1 disp 1, 2 seal 1, 3 disp 2, 4 snapshot, 5 disp
+# 3, 6 seal 3, 7 step 3, 8 weights_synced (A's last event).
+_A = make_run(
+    1,
+    100.0,
+    [
+        (140.0, disp(1, 0)),
+        (145.0, seal(1, 0)),
+        (149.0, disp(2, 0)),
+        (150.0, snapshot(2, "/s/1", 148.0)),
+        (155.0, disp(3, 0)),
+        (160.0, seal(3, 0)),
+        (170.0, step(3)),
+        (175.0, rt.WeightsSynced(weight_version=2)),
+    ],
+)
+_B = make_run(2, 200.0, [(210.0, restore("/s/1", 2)), (215.0, restored(2))])
+
+
+def _at(events: list[rt.Event], seq: int, ev: rt.Event | None = None, **fields: Any) -> list[Any]:
+    """``events`` with the line of ``seq`` replaced by ``ev`` (given its envelope) or changed."""
+    held = events[seq]
+    new = held if ev is None else msgspec.structs.replace(ev, run_id=held.run_id, seq=seq)
+    new = msgspec.structs.replace(new, **({"time": held.time} | fields))
+    return [*events[:seq], new, *events[seq + 1 :]]
+
+
+# Each row: the files of a trace set that holds conflicting copies of a line
+# (A, A changed, ...), and the seqs of run A whose lines differ.
+CONFLICTS = [
+    pytest.param(
+        # seq 2 seals sibling 1 in one copy and is a weight sync in the other:
+        # sibling 1 is in flight at the stop or not, by which file came first.
+        [_A, _at(_A, 2, rt.WeightsSynced(weight_version=3))],
+        [2],
+        id="seal-or-sync",
+    ),
+    pytest.param(
+        # A's last event at another time: stop_time, downtime and thrown_away_s.
+        [_A, _at(_A, 8, time=190.0)],
+        [8],
+        id="last-event-time",
+    ),
+    pytest.param(
+        # The open try dispatched at another time: thrown_away_s.
+        [_A, _at(_A, 3, time=120.0)],
+        [3],
+        id="dispatch-time",
+    ),
+    pytest.param(
+        # Sibling 3 sealed as another attempt: in flight (its attempt 0 never
+        # ended) or redone.
+        [_A, _at(_A, 6, seal(3, 0, 1))],
+        [6],
+        id="seal-of-another-attempt",
+    ),
+    pytest.param(
+        # The snapshot captured at another time: which seals are redone.
+        [_A, _at(_A, 4, captured_at=165.0)],
+        [4],
+        id="snapshot-captured-at",
+    ),
+    pytest.param(
+        # Step 3 numbered 1 in the copy: lost_steps.
+        [_A, _at(_A, 7, step=1)],
+        [7],
+        id="step-number",
+    ),
+    pytest.param(
+        # B restores another path in one copy of its run: the stop's capture.
+        [_A, _B, _at(_B, 1, path="/s/2")],
+        [1],
+        id="restore-path",
+    ),
+    pytest.param(
+        # Three versions of A's last event, one a file.
+        [_A, _at(_A, 8, time=180.0), _at(_A, 8, time=190.0)],
+        [8],
+        id="three-versions",
+    ),
+    pytest.param(
+        # Two writers that drew one run id: every line after trace_opened
+        # differs (sibling 2's dispatch at the same seq as A's seal...).
+        [_A, make_run(1, 100.0, [(130.0 + i, disp(10 + i, 0)) for i in range(8)])],
+        list(range(1, 9)),
+        id="two-writers",
+    ),
+]
+
+
+def _conflict_set(tmp_path: Path, files: list[list[Any]]) -> list[Path]:
+    """The files, each its own, and B's unless a row gives it."""
+    if not any(ev.run_id == run_id(2) for f in files for ev in f):
+        files = [*files, _B]
+    return [write(tmp_path / f"f{i}.jsonl", f) for i, f in enumerate(files)]
+
+
+@pytest.mark.parametrize(("files", "seqs"), CONFLICTS)
+def test_conflicting_copies_give_the_same_figures_and_note_in_any_order_of_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: list[list[Any]], seqs: list[int]
+) -> None:
+    paths = _conflict_set(tmp_path, files)
+    answers = []
+    for order in (paths, paths[::-1], [paths[1], paths[0], *paths[2:]]):
+        status, doc, err = _cost_json(order, capsys)
+        answers.append((status, doc))
+        assert status == 1, err
+        conflicting = [n for n in doc["notes"] if n["kind"] == "conflicting_copies"]
+        assert len(conflicting) == 1, doc["notes"]
+        [note] = conflicting
+        assert note["text"] in err
+        stated = f"seq {seqs[0]}" if len(seqs) == 1 else f"seqs {seqs[0]}-{seqs[-1]}"
+        assert stated in note["text"], note["text"]
+    assert answers[1] == answers[0] and answers[2] == answers[0]
+
+
+@pytest.mark.parametrize(("files", "seqs"), CONFLICTS)
+def test_conflicting_copies_draw_the_same_timeline_in_any_order_of_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: list[list[Any]], seqs: list[int]
+) -> None:
+    paths = _conflict_set(tmp_path, files)
+    drawn = []
+    for i, order in enumerate((paths, paths[::-1])):
+        out = tmp_path / f"t{i}.json"
+        assert main(["timeline", *map(str, order), "-o", str(out)]) == 0
+        assert "conflicting" in capsys.readouterr().err
+        drawn.append(out.read_bytes())
+    assert drawn[1] == drawn[0]
+
+
+@pytest.mark.parametrize(("files", "seqs"), CONFLICTS)
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "full"])
+def test_conflicting_copies_give_the_same_figures_in_any_order_of_lines(
+    tmp_path: Path, files: list[list[Any]], seqs: list[int], lean: bool
+) -> None:
+    # Every line of the set, shuffled and dealt into one to three files: the
+    # fold alone (no second read) keeps the same versions whatever comes first.
+    (tmp_path / "ref").mkdir()
+    paths = _conflict_set(tmp_path / "ref", files)
+    reference = _stops(paths, lean=lean)
+    every = [ev for p in paths for ev in rt.read(str(p))]
+    rng = random.Random(7)
+    for trial in range(12):
+        shuffled = rng.sample(every, len(every))
+        parts = _split(shuffled, 1 + trial % 3)
+        layout = [write(tmp_path / f"{trial}-{i}.jsonl", part) for i, part in enumerate(parts)]
+        assert _stops(layout, lean=lean) == reference, trial
+
+
+def test_a_conflicting_copy_within_one_file_is_noted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # seq 8 twice in A's one file, at two times: in either order of the lines.
+    answers = []
+    for name, extra in (("later", 190.0), ("earlier", 100.5)):
+        a = [*_A, _at(_A, 8, time=extra)[8]]
+        for lines_ in (a, a[::-1]):
+            path = write(tmp_path / f"{name}.jsonl", lines_)
+            status, doc, _ = _cost_json([path, write(tmp_path / "b.jsonl", _B)], capsys)
+            assert status == 1
+            first = doc["notes"][0]
+            assert first["kind"] == "conflicting_copies" and "seq 8" in first["text"], first
+            answers.append(doc["stops"])
+    assert answers[0] == answers[1] and answers[2] == answers[3]
+
+
+def test_two_sinks_of_one_tracer_are_a_copy_not_a_conflict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The README's two-sink setup: x.jsonl and x.jsonl.gz hold the same lines.
+    once_paths = [write(tmp_path / "x.jsonl", _A), write(tmp_path / "b.jsonl", _B)]
+    status, once, _ = _cost_json(once_paths, capsys)
+    assert status == 0
+    gz = write(tmp_path / "x.jsonl.gz", _A, gz=True)
+    for paths in ([*once_paths, gz], [gz, *once_paths]):
+        status, twice, err = _cost_json(paths, capsys)
+        assert status == 0, err
+        assert twice["stops"] == once["stops"]
+        assert [n["kind"] for n in twice["notes"]] == ["read_twice"]
+
+
+def test_a_second_copy_of_a_run_adds_no_rows(
+    long_stop: tuple[list[rt.Event], list[rt.Event]],
+) -> None:
+    # A copy's lines of siblings retired from the table are found in their
+    # records: the run read twice keeps what it keeps read once.
+    a, b = long_stop
+    once = CostAnalysis()
+    once.add(a + b)
+    twice = CostAnalysis()
+    twice.add(a + b)
+    twice.add(random.Random(4).sample(a, len(a)))
+    [run_once, _], [run_twice, _] = once.runs(), twice.runs()
+    assert len(run_twice.table.rows) == len(run_once.table.rows)
+    assert len(run_twice.table.r_keys) == len(run_once.table.r_keys)
+    assert run_twice.table.collide == run_once.table.collide
+    assert [s.to_dict() for s in twice.stops()] == [s.to_dict() for s in once.stops()]

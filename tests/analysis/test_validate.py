@@ -84,16 +84,29 @@ VALIDATE = [
         ["5: error: run_id 'R1'", "error: run R1: no trace_opened", "warning: run R1: no trace_c"],
         id="bad-run-id",
     ),
-    # seq 2 twice in one file.
+    # seq 2 twice in one file, the second line another event than the first
+    # (the seal): a duplicate, and a conflicting copy of the seq.
     pytest.param(
         _with_line(_line(seq=2, weight_version=1)),
+        1,
+        [
+            "4: error: duplicate seq 2",
+            f"4: error: run {RID}, seq 2: this weights_synced differs from the line at ",
+            f"error: run {RID}: seq gap: 1 seq(s) missing (3)",
+            f"error: run {RID}: trace_closed says written=3",
+        ],
+        id="duplicate-seq",
+    ),
+    # The same line twice in one file: a duplicate, and no conflict.
+    pytest.param(
+        _with_line(msgspec.json.encode(CLEAN[2])),
         1,
         [
             "4: error: duplicate seq 2",
             f"error: run {RID}: seq gap: 1 seq(s) missing (3)",
             f"error: run {RID}: trace_closed says written=3",
         ],
-        id="duplicate-seq",
+        id="duplicate-seq-same-line",
     ),
     # seq 2 missing, and trace_closed does not account for it.
     pytest.param(
@@ -453,3 +466,66 @@ def test_huge_seqs_give_their_gaps(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["validate", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert f"seq gap: {2**62 - 4} seq(s) missing (3-99999999, 100000001-{2**62 - 1})" in out
+
+
+def _sync_at_seal(run: list[rt.Event]) -> list[rt.Event]:
+    """``run`` with its seal (seq 2) replaced by a weight sync: a conflicting copy."""
+    sync = rt.WeightsSynced(weight_version=3)
+    sync.time, sync.run_id, sync.seq = run[2].time, run[2].run_id, 2
+    return [*run[:2], sync, *run[3:]]
+
+
+@pytest.mark.parametrize("changed_first", [False, True], ids=["copy-first", "changed-first"])
+def test_lines_of_one_seq_that_differ_are_an_error_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changed_first: bool
+) -> None:
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(lines(CLEAN))
+    changed = tmp_path / "changed.jsonl"
+    changed.write_bytes(lines(_sync_at_seal(CLEAN)))
+    first, second = (changed, copy) if changed_first else (copy, changed)
+    assert main(["validate", str(first), str(second)]) == 1
+    *findings, verdict = capsys.readouterr().out.splitlines()
+    tag = "attempt_sealed" if changed_first else "weights_synced"
+    assert [f for f in findings if ": error: " in f] == [
+        f"{second}:3: error: run {RID}, seq 2: this {tag} differs from the line at {first}:3 "
+        "with the same run_id and seq (a conflicting copy: an edited copy, a file torn and "
+        "written again, or two writers with one run_id); a seq is used once in a run, and "
+        "every copy of a line must be the same"
+    ]
+    assert f"{first}: note: run {RID}: read from 2 files: 4 line(s) were events " in findings[-1]
+    assert findings[-1].endswith(", but for the lines of 1 seq(s) that differ (errors)")
+    assert verdict == "not valid: 8 lines, 1 runs: 1 error(s), 0 warning(s), 1 note(s)"
+
+
+def test_a_third_file_that_repeats_a_version_adds_no_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # CLEAN, its changed copy, and that copy again: one seq, two versions.
+    paths = []
+    for name, run in (("a", CLEAN), ("b", _sync_at_seal(CLEAN)), ("c", _sync_at_seal(CLEAN))):
+        (tmp_path / f"{name}.jsonl").write_bytes(lines(run))
+        paths.append(str(tmp_path / f"{name}.jsonl"))
+    assert main(["validate", *paths]) == 1
+    out = capsys.readouterr().out
+    errors = [f for f in out.splitlines() if ": error: " in f]
+    assert len(errors) == 1 and errors[0].startswith(f"{paths[1]}:3: error: run {RID}, seq 2:")
+
+
+def test_versions_of_a_line_are_checked_in_one_order_whatever_came_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # seq 1 dispatches attempt 1 in one copy and attempt 0 in the other: read
+    # in arrival order, attempt numbers would go back in one order only.
+    one = make_run(5, T0, [(T0 + 1, disp(1, 0, 1)), (T0 + 2, seal(1, 0, 1))], closed=T0 + 3)
+    two = [one[0], _replace(one[1], attempt=0), *one[2:]]
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(lines(one))
+    b.write_bytes(lines(two))
+    protocol = []
+    for order in ((a, b), (b, a)):
+        assert main(["validate", str(order[0]), str(order[1])]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert sum(f"run {RID}, seq 1: this attempt_dispatched differs" in f for f in out) == 1
+        protocol.append([f for f in out if "sibling (" in f])
+    assert protocol[0] == protocol[1] == []

@@ -150,6 +150,8 @@ def test_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         "seq_gaps": [[2, 2]],
         "missing_seqs": 1,
         "duplicate_seqs": 0,
+        "conflicts": 0,
+        "conflict_seqs": [],
         "read_twice": 0,
         "torn_lines": 1,
         "invalid_lines": 0,
@@ -164,7 +166,7 @@ def test_summary_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     header, _, row = out.splitlines()[:3]
     assert header.split() == [
         "run_id", "host", "pid", "first_time", "last_time", "span_s", "events", "missing_seqs",
-        "duplicate_seqs", "torn_lines", "invalid_lines", "closed",
+        "duplicate_seqs", "conflicts", "torn_lines", "invalid_lines", "closed",
     ]  # fmt: skip
     assert row.split()[0] == run_id(3) and row.split()[-1] == "no"
 

@@ -74,6 +74,7 @@ def test_a_run_written_by_two_sinks_counts_once(
         "trace_opened": 1,
     }
     assert (summary["read_twice"], summary["duplicate_seqs"], summary["missing_seqs"]) == (4, 0, 0)
+    assert summary["conflicts"] == 0
     assert main(["summary", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"  {run_id(3)}: in 2 files; 4 line(s) repeat events of another file" in out
@@ -155,3 +156,55 @@ def test_a_set_of_no_runs_says_what_it_read(
     assert (doc["runs"], doc["lines"], doc["bad_lines"]) == ([], read, read)
     assert len(doc["unattributed_problems"]) == shown
     assert doc["unattributed_lines"] == doc["bad_lines"]
+
+
+def test_lines_of_one_seq_that_differ_are_conflicts_counted_alike_in_any_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(3, T0, [(T0 + 1, disp(1, 0)), (T0 + 2, seal(1, 0))], closed=T0 + 3)
+    # The copy's seq 2 is a weight sync, later than anything of the run.
+    sync = msgspec.json.encode(
+        {"event": "weights_synced", "time": T0 + 5, "run_id": run_id(3), "seq": 2}
+        | {"weight_version": 3}
+    )
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(lines(run))
+    b.write_bytes(lines(run[:2]) + sync + b"\n" + lines(run[3:]))
+    docs = []
+    for order in ([a, b], [b, a]):
+        assert main(["summary", *map(str, order), "--json"]) == 0
+        [summary] = json.loads(capsys.readouterr().out)["runs"]
+        del summary["files"]  # in the order given
+        docs.append(summary)
+    assert docs[0] == docs[1]
+    summary = docs[0]
+    assert (summary["conflicts"], summary["conflict_seqs"]) == (1, [[2, 2]])
+    # Each version is an event: the seal and the sync.
+    assert summary["events"] == 5 and summary["read_twice"] == 4
+    assert summary["events_by_name"] == {
+        "attempt_dispatched": 1,
+        "attempt_sealed": 1,
+        "trace_closed": 1,
+        "trace_opened": 1,
+        "weights_synced": 1,
+    }
+    assert summary["last_time"] == T0 + 5
+    assert main(["summary", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    header, _, row = out.splitlines()[:3]
+    assert dict(zip(header.split(), _cells(row, header), strict=True))["conflicts"] == "1"
+    assert f"  {run_id(3)}: 1 seq(s): 2" in out
+
+
+def test_a_seq_twice_in_one_file_with_two_events_is_a_conflict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(3, T0, [(T0 + 1, disp(1, 0)), (T0 + 2, seal(1, 0))])
+    again = msgspec.structs.replace(run[2], time=T0 + 4)
+    same = msgspec.structs.replace(run[2])
+    for extra, conflicts in ((again, 1), (same, 0)):
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(lines([*run, extra]))
+        assert main(["summary", str(path), "--json"]) == 0
+        [summary] = json.loads(capsys.readouterr().out)["runs"]
+        assert (summary["duplicate_seqs"], summary["conflicts"]) == (1, conflicts)

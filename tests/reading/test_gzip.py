@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import signal
 import tracemalloc
 import zlib
@@ -172,6 +173,67 @@ def test_a_member_cut_short_by_a_kill_does_not_hide_the_next(
     assert events == _encoded(expected)
     assert [(p.line, p.torn) for p in problems] == torn
     assert all("gzip" in p.reason for p in problems)
+
+
+_WHOLE_B = b"".join(_member(_batches(B, 100)))
+_WHOLE_A = b"".join(_member(_batches(A, 100)))
+
+
+@pytest.mark.parametrize(
+    ("name", "junk"),
+    [
+        # Zeros where a file system lost what a crash had not written; a run appended.
+        ("run.jsonl.gz", b"\0" * 4096),
+        # Random bytes, as damage leaves them.
+        ("run.jsonl.gz", random.Random(5).randbytes(3000)),
+        # A member whose first bytes were zeroed: its header is lost, its data junk.
+        ("run.jsonl.gz", b"\0" * 64 + _WHOLE_A[64:]),
+        # A line of text, then a member, in a file whose name does not say gzip.
+        ("run.jsonl", b"not a trace line\n"),
+        ("run.jsonl", b"\0" * 4096),
+    ],
+    ids=["zeros", "random", "header-zeroed", "text-line", "zeros-jsonl"],
+)
+def test_junk_before_the_first_member_is_reported_and_the_members_read(
+    tmp_path: Path, name: str, junk: bytes
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(junk + _WHOLE_B)
+    problems: list[ReadProblem] = []
+    events = _encoded(list(rt.read(path, problems=problems)))
+    assert events[-len(B) :] == _encoded(B)
+    # What is read of a member with no header is its own (batches that stand alone).
+    assert set(events[: -len(B)]) <= set(_encoded(A))
+    # Junk is damage, not a kill's mark: an error for validate.
+    assert problems and not any(p.torn for p in problems)
+    assert problems[0].line == 1 and f"bytes 0-{len(junk):,}" in problems[0].reason
+
+
+# A gzip header, and text where its deflate data would be.
+_MAGIC_LINE = b"\x1f\x8b\x08\0\0\0\0\0\0\x03junk\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "count", "bad"),
+    [
+        # A line of text that holds gzip's magic bytes, not a member.
+        ("run.jsonl", lines(A[:3]) + _MAGIC_LINE + lines(A[3:]), 302, [4]),
+        # Zeros (a crash) at the start of a text file.
+        ("run.jsonl", b"\0" * 4096 + b"\n" + lines(A), 302, [1]),
+        # Text in a file named .gz, and with zeros after it (a crash).
+        ("run.jsonl.gz", lines(A), 302, []),
+        ("run.jsonl.gz", lines(A) + b"\0" * 4096, 302, [303]),
+    ],
+    ids=["magic-in-a-line", "zeros-then-text", "text-named-gz", "text-named-gz-zeros"],
+)
+def test_text_is_read_as_text(
+    tmp_path: Path, name: str, data: bytes, count: int, bad: list[int]
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    problems: list[ReadProblem] = []
+    assert len(list(rt.read(path, problems=problems))) == count
+    assert [p.line for p in problems] == bad
 
 
 # --- members of a parent and its forked child, interleaved ----------------------------
@@ -508,3 +570,53 @@ def test_a_batch_that_inflates_a_thousandfold_is_judged_by_its_start(tmp_path: P
     assert len(events) == 201  # A's first 200 lines and B's first: the huge line is skipped
     assert peak < 40 << 20, f"peak {peak >> 20} MiB"
     assert [p.line for p in problems] == [201, 202]  # the cut, then the line left unread
+
+
+# --- batches of over 4 MiB of text (a busy tracer), where zlib and the reader step in pieces
+
+BIG = _run(9, 20_000)  # about 5 MiB of text
+
+
+def test_a_big_member_then_a_crashs_zeros_then_the_next(tmp_path: Path) -> None:
+    # zlib repeats what follows a member's end when the end comes after a
+    # call cut short by the output limit; the zeros a crash leaves are padding.
+    data = b"".join(_member(_batches(BIG, 20_001), flush=_FULL)) + bytes(64 << 10)
+    events, problems = _read(tmp_path, data + b"".join(_member(_batches(B, 100), flush=_FULL)))
+    assert events == _encoded(BIG + B)
+    assert [(p.torn, "zeros" in p.reason) for p in problems] == [(True, True)]
+
+
+def test_a_kill_before_a_batchs_first_line_ended_is_only_torn(tmp_path: Path) -> None:
+    # Killed run, restored run killed two bytes into a write, restored again.
+    a = _member(_batches(A, 100, 100), end=False, flush=_FULL)[:2]
+    b = _member(_batches(B, 100, 100), end=False, flush=_FULL)
+    c = _member(_batches(C, 60), flush=_FULL)
+    events, problems = _read(tmp_path, b"".join([*a, b[0], b[1][:2], *c]))
+    assert events == _encoded(A[:200] + B[:100] + C)
+    assert problems and all(p.torn for p in problems)
+
+
+@pytest.mark.parametrize("left", [0.5, 0.99])  # how much of the child's big write landed
+def test_a_forked_child_killed_in_a_big_write_does_not_hide_the_parent(
+    tmp_path: Path, left: float
+) -> None:
+    parent = _member(_batches(PARENT, 100, 100, 100, 50), flush=_FULL)
+    child = _member(_batches(BIG, 10, 20_000), flush=_FULL)
+    cut = child[1][: int(len(child[1]) * left)]
+    data = parent[0] + child[0] + parent[1] + cut + b"".join(parent[2:])
+    events, problems = _read(tmp_path, data)
+    assert set(_encoded(PARENT)) <= set(events)  # every parent line, whatever came before it
+    assert set(events) <= set(_encoded(PARENT + BIG))
+    assert len(events) == len(set(events))
+    assert all(p.torn for p in problems), problems
+
+
+def test_damage_in_a_big_batch_after_a_kill_is_reported_not_raised(tmp_path: Path) -> None:
+    a = _member(_batches(A, 100, 100), end=False, flush=_FULL)[:2]
+    b = _member(_batches(BIG, 10, 20_000, 10), flush=_FULL)
+    at = len(b[2]) * 19 // 20  # past the first 4 MiB of text, which a batch is judged by
+    b[2] = b[2][:at] + b"\xff" * 20 + b[2][at + 20 :]
+    events, problems = _read(tmp_path, b"".join(a + b))
+    assert set(_encoded(A[:200] + BIG[:10])) <= set(events)
+    assert set(_encoded(BIG[20_010:])) <= set(events)  # read on after the damaged batch
+    assert any(not p.torn for p in problems)

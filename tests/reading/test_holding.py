@@ -72,6 +72,45 @@ def test_a_long_line_under_the_limit_is_read_whole(tmp_path: Path) -> None:
     assert list(rt.read(path)) == run
 
 
+# 24 MiB in one string field, of a known event and of one no class is defined for.
+_BIG = 24 << 20
+_BIG_KNOWN = lines(
+    make_run(1, 100.0, [(101.0, rt.GroupDiscarded(group_id="g", prompt_id=1, reason="r" * _BIG))])
+)
+_BIG_UNKNOWN = (
+    b'{"event":"blob","time":1.5,"run_id":"' + RID.encode() + b'","seq":9,"b":"' + b"x" * _BIG
+) + b'"}\n'
+
+
+@pytest.mark.parametrize(
+    ("data", "lean"),
+    [
+        # Read by the block decoder before: its pieces, the block's array and the event.
+        (_BIG_KNOWN, False),
+        (_BIG_KNOWN, True),
+        # Refused by the block decoder, read by decode_one.
+        (HEAD + _BIG_UNKNOWN + TAIL, False),
+    ],
+    ids=["known", "known-lean", "unknown"],
+)
+@pytest.mark.parametrize("gz", [False, True], ids=["jsonl", "gzip"])
+def test_a_long_line_costs_its_text_and_its_event(
+    tmp_path: Path, data: bytes, lean: bool, gz: bool
+) -> None:
+    path = tmp_path / ("t.jsonl.gz" if gz else "t.jsonl")
+    path.write_bytes(gzip.compress(data, 1) if gz else data)
+    list(iter_blocks(path, None, lean=lean))  # decoders and caches are built once, first
+    tracemalloc.start()
+    try:
+        count = sum(len(events) for _, events, _ in iter_blocks(path, None, lean=lean))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == data.count(b"\n")
+    # The text and the event decoded from it; a copy more is half as much again.
+    assert peak < 2.5 * _BIG
+
+
 def test_the_reason_for_a_huge_bad_line_is_short(tmp_path: Path) -> None:
     # msgspec quotes the bad value; a reason carries a few hundred characters of it.
     bad = (

@@ -8,6 +8,7 @@ it alike, with the same envelope (README: Reference > Wire format).
 
 from __future__ import annotations
 
+import gzip
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,8 @@ from samples import ROLLOUT_SAMPLES
 from scenario import lines, make_run
 
 import rollout_trace as rt
-from rollout_trace._reading.reader import iter_blocks
-from rollout_trace._schema.decoding import decode_one
+from rollout_trace._reading.reader import _Block, iter_blocks
+from rollout_trace._schema.decoding import decode_one, decoders
 from rollout_trace._schema.events import SinkTally
 
 RUN_ID = "a" * 32
@@ -190,3 +191,113 @@ def test_any_line_gets_one_verdict(i: int, edits: list[tuple[str, str, Any]]) ->
     with tempfile.TemporaryDirectory() as folder:
         verdicts = _verdicts(Path(folder), _line(fields))
     assert len(set(verdicts.values())) == 1, verdicts
+
+
+# `{A},{B` and its rest on the next line: neither is JSON, but a block decoder
+# that takes the line ends for separators reads two whole objects, as many as
+# the lines. Joined by commas (the review's case) or by the newline alone.
+_B = _line(_fields(STEP))
+_CUT = _B.index(b',"g2"')
+
+
+def _split(glue: bytes, comma_joins: bool) -> list[bytes]:
+    return [_line(_fields(RESERVED)) + glue + _B[:_CUT], _B[_CUT + comma_joins :]]
+
+
+SPLIT = _split(b",", comma_joins=True)
+SIDE = _split(b" ", comma_joins=False)
+TWO_SINKS = _edit(CLOSED, sinks=[{"uri": "a", "written": 1}, {"uri": "b", "written": 2}])
+DISCARDED = next(i for i, e in enumerate(SAMPLES) if isinstance(e, rt.GroupDiscarded))
+BRACES = _edit(DISCARDED, reason="a},{b} {c}{d")
+
+
+def _file(*parts: bytes | list[bytes]) -> bytes:
+    return b"".join(p if isinstance(p, bytes) else b"".join(x + b"\n" for x in p) for p in parts)
+
+
+@pytest.mark.parametrize(
+    ("data", "skipped"),
+    [
+        # Among good lines only: the block decoder took the two for two events.
+        (_file(BEFORE, SPLIT, AFTER), [AROUND + 1, AROUND + 2]),
+        # The same with JSON whitespace around the comma inside the line.
+        (_file(BEFORE, _split(b" ,\t", comma_joins=True), AFTER), [AROUND + 1, AROUND + 2]),
+        # Objects side by side, the newline between the two lines their comma.
+        (_file(BEFORE, SIDE, AFTER), [AROUND + 1, AROUND + 2]),
+        (_file(BEFORE, _split(b"", comma_joins=False), AFTER), [AROUND + 1, AROUND + 2]),
+        # A bad line far off in the same block: the half holding the two is
+        # still longer than a block is split down to.
+        (_file(BEFORE, SPLIT, AFTER, [b"garbage"]), [AROUND + 1, AROUND + 2, len(_RUN) + 3]),
+        (_file(BEFORE, SIDE, AFTER, [b"garbage"]), [AROUND + 1, AROUND + 2, len(_RUN) + 3]),
+        # A bad line right after them.
+        (_file(BEFORE, SPLIT, [b"garbage"], AFTER), [AROUND + 1, AROUND + 2, AROUND + 3]),
+        # A bad line before them, in the half that does not hold them.
+        (_file([b"garbage"], BEFORE, SPLIT, AFTER), [1, AROUND + 2, AROUND + 3]),
+        # Two objects on one line, alone and as the file's first line.
+        (_file(BEFORE, [_line(_fields(RESERVED)) + b"," + _B], AFTER), [AROUND + 1]),
+        (_file(BEFORE, [_line(_fields(RESERVED)) + b" " + _B], AFTER), [AROUND + 1]),
+        (_file([_line(_fields(RESERVED)) + b"," + _B], BEFORE, AFTER), [1]),
+        # Not every `},{` or `}{` splits a line: in a list or a string, it is read.
+        (_file(BEFORE, [TWO_SINKS, BRACES], AFTER), []),
+        (_file(BEFORE, [TWO_SINKS, BRACES + b"\r"], AFTER), []),
+    ],
+)
+@pytest.mark.parametrize("lean", [False, True], ids=["block", "lean-block"])
+@pytest.mark.parametrize("gz", [False, True], ids=["jsonl", "gzip"])
+def test_a_line_that_is_not_one_object_is_skipped_whatever_its_neighbours(
+    tmp_path: Path, data: bytes, skipped: list[int], lean: bool, gz: bool
+) -> None:
+    path = tmp_path / ("t.jsonl.gz" if gz else "t.jsonl")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    problems: list[rt.ReadProblem] = []
+    read = [n for _, _, numbers in iter_blocks(path, problems, lean=lean) for n in numbers]
+    assert [p.line for p in problems] == skipped
+    assert read == [n for n in range(1, data.count(b"\n") + 1) if n not in skipped]
+
+
+def _alone(raw: bytes) -> bool:
+    """Whether ``raw`` is read as a line on its own (a file of just that line)."""
+    block = _Block("t.jsonl", None, (decoders()[0], True))
+    block.line(raw, 1, torn=False)
+    return bool(block.events)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    picks=st.lists(st.integers(0, len(SAMPLES) - 1), min_size=AROUND, max_size=2 * AROUND),
+    glued=st.integers(0, 2 * AROUND),
+    glue=st.sampled_from([b",", b" ", b"", b" , ", b"\t"]),
+    split=st.integers(0, 2 * AROUND),
+    at=st.integers(0, 1 << 16),
+    drop_comma=st.booleans(),
+    lean=st.booleans(),
+)
+def test_two_objects_on_a_line_and_one_over_two_lines_get_their_own_verdicts(
+    picks: list[int],
+    glued: int,
+    glue: bytes,
+    split: int,
+    at: int,
+    drop_comma: bool,
+    lean: bool,
+) -> None:
+    # One line holding two events and, anywhere in the block, an event broken
+    # over two lines at a place JSON allows whitespace: as many events as lines.
+    events = [_line(_fields(i)) for i in picks]
+    glued %= len(events) - 1
+    events[glued : glued + 2] = [events[glued] + glue + events[glued + 1]]
+    split %= len(events)
+    line = events[split]
+    places = [i for i in range(1, len(line) - 1) if line[i] in b",:[{"]
+    cut = places[at % len(places)]
+    if drop_comma and line[cut] == ord(","):
+        events[split] = line[:cut] + b"\n" + line[cut + 1 :]
+    else:
+        events[split] = line[: cut + 1] + b"\n" + line[cut + 1 :]
+    text = b"\n".join(events) + b"\n"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.jsonl"
+        path.write_bytes(text)
+        read = {n for _, _, numbers in iter_blocks(path, [], lean=lean) for n in numbers}
+    alone = {n for n, raw in enumerate(text.split(b"\n")[:-1], 1) if _alone(raw)}
+    assert read == alone
