@@ -41,6 +41,7 @@ from .inflating import (
     SCAN_BUDGET,
     SEGMENT,
     SYNC,
+    Alone,
     Cut,
     Member,
     Raw,
@@ -48,7 +49,6 @@ from .inflating import (
     good_length,
     head_alone,
     inflate,
-    line_keys,
     may_go_on,
     pick_reading,
     read_alone,
@@ -390,22 +390,22 @@ class _Reader:
                 torn=False,
             )
             return member  # lost: the next step resumes
-        at, text, inflater = found
+        at, alone = found
         yield Cut(
             f"gzip bytes {start:,}-{start + at:,} are a batch cut short (its writer was "
             "killed); read on from the batch after them",
         )
         member.lost = ""
         member.at_batch_end = True
-        return (yield from self._give(member, text, inflater, piece[at:]))
+        return (yield from self._give(member, alone, piece[at:]))
 
     # --- batches read alone ------------------------------------------------------
 
     def _batch_start(
         self, piece: bytes, *, back_from: int | None = None
-    ) -> tuple[int, bytes, zlib._Decompress] | None:
+    ) -> tuple[int, Alone] | None:
         """The first offset of ``piece`` from which the rest reads alone (``read_alone``),
-        with that text and its inflater; or the last before ``back_from``."""
+        with what it reads as; or the last before ``back_from``."""
         view = memoryview(piece)
         tries = min(len(piece), SCAN, self.scan_budget)
         if back_from is None:
@@ -424,7 +424,7 @@ class _Reader:
                 continue
             alone = read_alone(view[at:], quick=at > 0)
             if alone is not None:
-                found = at, *alone
+                found = at, alone
                 break
         self.scan_budget -= tried
         return found
@@ -445,10 +445,10 @@ class _Reader:
             found = self._batch_start(piece)
         else:
             alone = read_alone(piece)
-            found = None if alone is None else (0, *alone)
+            found = None if alone is None else (0, alone)
         if found is None:
             return False, cur
-        at, text, inflater = found
+        at, alone = found
         if at:
             # The start of a batch whose writer was killed before it ended
             # (a forked child, say), or else damage.
@@ -461,14 +461,11 @@ class _Reader:
                 + "; read on from the batch after them",
                 torn=clean,
             )
-        return True, (yield from self._give(cur, text, inflater, piece[at:]))
+        return True, (yield from self._give(cur, alone, piece[at:]))
 
-    def _give(
-        self, cur: Member | None, text: bytes, inflater: zlib._Decompress, batch: bytes
-    ) -> _Step:
-        """``batch``, which read alone as ``text`` (with ``inflater``), to its member."""
-        keys = line_keys(text[:-1])
-        assert keys is not None
+    def _give(self, cur: Member | None, alone: Alone, batch: bytes) -> _Step:
+        """``batch``, which read alone (``read_alone``), to its member."""
+        text, keys, inflater = alone
         members = [m for m in (cur, *reversed(self.aside)) if m is not None and m.at_batch_end]
         fitting = [m for m in members if m.known().keys().isdisjoint(keys)]
         going_on = [m for m in fitting if m.goes_on(keys[0])]
@@ -524,7 +521,7 @@ class _Reader:
             found = read_alone(raw.data[raw.pos : batch_end]) if batch_end > raw.pos else None
             if found is not None:
                 batch = raw.take(batch_end)
-                return (yield from self._give(cur, *found, batch))
+                return (yield from self._give(cur, found, batch))
 
 
 def gunzip(

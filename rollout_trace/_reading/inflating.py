@@ -8,7 +8,7 @@ import operator
 import zlib
 from collections.abc import Callable, Iterator
 from operator import itemgetter
-from typing import BinaryIO
+from typing import BinaryIO, TypeAlias
 
 import msgspec
 
@@ -288,10 +288,14 @@ def pick_reading(tries: list[Reading | None]) -> Reading | None:
     return fitting[0] if len(fitting) == 1 and not going_on else None
 
 
-def read_alone(
-    piece: bytes | memoryview, *, quick: bool = False
-) -> tuple[bytes, zlib._Decompress] | None:
-    """``piece``'s text if it inflates with no history into whole trace lines.
+# What a batch read alone gives: its text, the (run_id, seq) of its lines, and
+# the inflater to read on with. (zlib's inflater type exists for checkers only.)
+Alone: TypeAlias = "tuple[bytes, list[tuple[str, int]], zlib._Decompress]"
+
+
+def read_alone(piece: bytes | memoryview, *, quick: bool = False) -> Alone | None:
+    """``piece``'s text, the (run_id, seq) of its lines and its inflater, if it
+    inflates with no history into whole trace lines.
 
     A sink flushes every batch with ``Z_FULL_FLUSH``, so each batch refers to
     nothing before it: read alone, it gives its own text, whatever was
@@ -323,9 +327,10 @@ def read_alone(
     except zlib.error:
         return None
     text = b"".join(parts)
-    if not text.startswith(b"{") or not text.endswith(b"\n") or line_keys(text[:-1]) is None:
+    if not text.startswith(b"{") or not text.endswith(b"\n"):
         return None
-    return text, inflater
+    keys = line_keys(text[:-1])
+    return None if keys is None else (text, keys, inflater)
 
 
 def head_alone(piece: bytes) -> tuple[bytes, bool]:
