@@ -55,25 +55,11 @@ from .inflating import (
     read_with,
 )
 
-__all__ = ["Cut", "gunzip", "looks_like_gzip"]
+__all__ = ["Cut", "gunzip"]
 
 # A step of the walk: text and Cuts out, then the member to go on with
 # (None: between members).
 _Step = Generator["bytes | Cut", None, "Member | None"]
-
-
-def looks_like_gzip(first: bytes) -> bool:
-    """Whether a file that begins with ``first`` (its first read) is gzip.
-
-    Not when zlib refuses its first bytes, nor when it is so short that it
-    ends inside what would be a header: a text file that begins like gzip.
-    """
-    inflater = zlib.decompressobj(wbits=31)
-    try:
-        out = inflater.decompress(first[:PROBE], 1)
-    except zlib.error:
-        return False
-    return bool(out) or inflater.eof or len(first) > PROBE
 
 
 class _Reader:

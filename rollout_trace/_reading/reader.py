@@ -21,7 +21,7 @@ import msgspec
 
 from .._errors import TraceReadError
 from .._schema.decoding import AnyEvent, bounded, decode_one, decoders
-from .gunzip import Cut, gunzip, looks_like_gzip
+from .gunzip import Cut, gunzip
 from .lean import lean_decoder, lean_holds_real_classes
 from .paths import expand_paths
 
@@ -118,18 +118,19 @@ class _Source:
     """The decompressed bytes of one file, a chunk at a time, and ``Cut``s where
     a gzip stream breaks (``gunzip``).
 
-    A file is gzip when it begins with gzip's magic bytes, whatever its name;
-    but one not named ``.gz`` that zlib refuses at once, or that ends inside
-    what looked like a header, only began like gzip, with a first line of
-    garbage, and is read as the lines it is.
+    A file named ``.gz`` that begins with gzip's magic bytes is gzip. Any
+    file is gzip when a member begins in its first chunk, at its start or
+    after junk: magic bytes that inflate to the start of a line. A text file
+    may begin with the magic bytes alone (a first line of garbage), even with
+    what zlib takes for the start of a header that never ends; it is read as
+    the lines it is.
 
-    A file is gzip too when a member begins further into its first chunk, or
-    when it is named ``.gz`` and that chunk holds a NUL byte, which no line of
-    text holds, and does not begin with a line of JSON: zeros where a crash
-    lost what a file system had not written, or the deflate data of a member
-    whose header is lost. Read as text, such a file would give up every member
-    after the junk; gunzip reports the junk and reads on from the next member
-    it finds.
+    A file named ``.gz`` is gzip too when its first chunk holds a NUL byte,
+    which no line of text holds, and does not begin with a line of JSON: zeros
+    where a crash lost what a file system had not written, or the deflate
+    data of a member whose header is lost. Read as text, such a file would
+    give up every member after the junk; gunzip reports the junk and reads on
+    from the next member it finds.
     """
 
     def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
@@ -155,7 +156,7 @@ class _Source:
 
 def _is_gzip(first: bytes, named_gz: bool) -> bool:
     """Whether a file whose first chunk is ``first`` is read as gzip (see ``_Source``)."""
-    if first.startswith(_GZIP_MAGIC) and (named_gz or looks_like_gzip(first)):
+    if first.startswith(_GZIP_MAGIC) and named_gz:
         return True
     if named_gz and b"\0" in first:
         end = first.find(b"\n")

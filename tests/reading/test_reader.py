@@ -157,8 +157,10 @@ def test_gzip_multi_member_and_truncated(tmp_path: Path) -> None:
         (b"\x1f\x8b\n" + GOOD, 4, [(1, False)]),
         # The file ends inside what would be a gzip header.
         (b"\x1f\x8b\x08\n", 0, [(1, False)]),
+        # A header whose file name never ends: zlib asks for more, past 64 KiB.
+        (b"\x1f\x8b\x08\n" + GOOD + b"x" * 70_000 + b"\n", 4, [(1, False), (6, False)]),
     ],
-    ids=["refused", "ends-in-header"],
+    ids=["refused", "ends-in-header", "header-never-ends"],
 )
 def test_a_plain_file_whose_first_line_looks_like_gzip_is_read_as_lines(
     tmp_path: Path, data: bytes, count: int, problems: list[tuple[int, bool]]
