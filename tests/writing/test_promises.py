@@ -193,7 +193,6 @@ def test_flush_says_whether_every_live_sink_wrote_everything(
 _MIN_LINE = 100
 
 
-
 @pytest.mark.usefixtures("plugins")
 @pytest.mark.parametrize(
     ("uri", "kwargs", "flush_every"),
