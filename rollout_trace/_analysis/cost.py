@@ -1,8 +1,9 @@
 """What a stop and restore cost, from events alone (README: Reference > Restore-cost figures).
 
 Runs are folded into order-free state (``fold.RunFold``) as events stream by,
-so a trace set of any length and any layout needs memory for one small row
-per attempt and the run's steps, not for its events, and gives the same
+so a trace set of any length and any layout needs memory for a few numbers
+per sibling (however often its prompt is reused; 32 bytes per try superseded)
+and the run's steps, not for its events, and gives the same
 figures whatever order its files and lines come in. ``CostAnalysis.add`` is
 the hot loop: events that arrive in seq order take a short path; any other
 goes through ``RunFold.add``. ``stops`` orders the runs, pairs each run that
@@ -33,19 +34,9 @@ from .._schema.events import RestoreStarted, TraceOpened
 from .copies import Conflicts
 from .figures import Note, StopCost, orphan_cost, stop_cost, stop_notes
 from .fold import FAST_KIND, IGNORED, ROLLOUT, SEQ_LIMIT, First, RunFold
+from .retired import E_SEQ, EXTRA, INDEX_BITS, PROMPT_LIMIT, S_ATT, S_SEQ, S_TIME
 from .seqs import SeqSet
-from .siblings import (
-    E_SEQ,
-    EXTRA,
-    INDEX_BITS,
-    INT64_MAX,
-    INT64_MIN,
-    PROMPT_LIMIT,
-    S_ATT,
-    S_SEQ,
-    S_TIME,
-    SiblingTable,
-)
+from .siblings import INT64_MAX, INT64_MIN, SiblingTable
 
 __all__ = ["CostAnalysis", "gc_paused", "restore_costs", "RunEvents", "group_runs"]
 
@@ -187,7 +178,14 @@ class CostAnalysis:
                 slot = h & mask
                 bit = 1 << (slot & 7)
                 if bits[slot >> 3] & bit:
+                    # Retired before, maybe: once enough are, the records
+                    # their later ones supersede go (`SiblingTable.compact`).
                     collide.add(key)
+                    table.again += 1
+                    if table.again > table.again_limit:
+                        table.compact()
+                        bits, mask = retired.filter()
+                        continue
                 bits[slot >> 3] |= bit
                 retired.count += 1
                 if retired.count << 4 > mask + 1:  # as `SiblingTable.retire` grows it
