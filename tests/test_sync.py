@@ -66,6 +66,24 @@ def test_eight_threads_every_event_written_once_or_counted(
         assert len(keys) == 400_000
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
+def test_one_thread_emitting_flat_out_at_default_settings_drops_nothing() -> None:
+    # The writer thread shares the GIL with the thread that emits and gets
+    # about half of it while both are busy: it keeps up only if it spends less
+    # per event than emit does. Once it spent more, and a long burst filled the
+    # default buffer (3-4 % of a million events dropped). A million events:
+    # a writer that falls behind by any steady share runs out of buffer.
+    n = 1_000_000
+    t = rt.sync_tracer("jsonl:///dev/null")
+    with t:
+        emit, make = t.emit, rt.AttemptDispatched
+        for i in range(n):
+            emit(make(group_id="g", prompt_id=i, generation_index=0, attempt=0, weight_version=0))
+    c = t.counts
+    assert (c.emitted, c.written, c.dropped, c.invalid) == (n, n, 0, 0), c
+
+
 def test_flush_from_one_thread_while_others_emit(tmp_path: Path) -> None:
     path = tmp_path / "f.jsonl"
     t = rt.sync_tracer(str(path), flush_interval=30, buffer=1_000_000)

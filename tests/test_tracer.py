@@ -7,6 +7,8 @@ trio and the sync tracer), in tests/writing/test_promises.py.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import anyio
@@ -135,3 +137,50 @@ async def test_a_flush_can_be_bounded_by_cancelling_it() -> None:
             await t.flush()
         assert scope.cancelled_caught
         assert await t.flush() is True
+
+
+@pytest.mark.parametrize(
+    ("hold", "buffer", "turns"),
+    [
+        # The sink's thread stays inside a write: it falls more than the buffer
+        # behind, and the pump hands it the GIL now and then (a thread waiting
+        # for the GIL would otherwise get none from a loop that never idles).
+        (True, 64, True),
+        # A sink within the buffer of the program: the loop is never paused.
+        (False, 65_536, False),
+    ],
+)
+async def test_the_pump_lets_a_sink_far_behind_have_the_gil(
+    hold: bool, buffer: int, turns: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_sleep = time.sleep
+    loop_sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is threading.main_thread():
+            loop_sleeps.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    release = threading.Event()
+    async with rt.tracer("memory://", buffer=buffer, batch_size=16) as t:
+        sink = memory(t)
+        real_write = sink.write
+
+        def held_write(data: bytes) -> None:
+            if hold:
+                release.wait(10)
+            real_write(data)
+
+        sink.write = held_write  # type: ignore[method-assign]
+        begun = time.monotonic()
+        for i in range(2_000):
+            t.emit(dispatched(i))
+            if i % 16 == 15:
+                await anyio.sleep(0)
+        took = time.monotonic() - begun
+        release.set()
+    assert bool(loop_sleeps) is turns, loop_sleeps
+    # A millisecond at a time, at most one every 10 ms.
+    assert all(s <= 0.001 for s in loop_sleeps)
+    assert len(loop_sleeps) <= took / 0.01 + 1, (len(loop_sleeps), took)

@@ -39,6 +39,10 @@ __all__ = ["Tracer", "tracer"]
 # The pump encodes and hands on at most this many events before it lets the
 # loop run other tasks (about 4 ms of the loop's time).
 _CHUNK = 16_384
+# How long the pump lets the sinks' threads have the GIL, and how often at
+# most, when one of them is far behind (see Tracer._let_sinks_run).
+_SINK_TURN = 0.001
+_SINK_TURN_EVERY = 0.01
 
 
 class Tracer(TracerFacade):
@@ -71,6 +75,7 @@ class Tracer(TracerFacade):
     _stop: bool
     _pump_done: bool
     _orphaned_at: float | None
+    _next_sink_turn: float  # time.monotonic() of the next sleep of _let_sinks_run
 
     def __init__(self, config: TracerConfig) -> None:
         super().__init__(config)
@@ -109,6 +114,7 @@ class Tracer(TracerFacade):
         types = REGISTRY.emit_types
         now = self._config.clock
         copy_event = copy.copy
+        run_id = self._engine.run_id
         # Bound to this run: an emit kept from it must not touch a later run.
         on_batch = functools.partial(self._on_batch, self._engine, pending)
         # Past it, emit calls on_batch; closing sets it to 0, so that every
@@ -116,15 +122,17 @@ class Tracer(TracerFacade):
         limit = self._config.batch_size
 
         def emit(ev: Event) -> None:
-            urgent = types.get(type(ev))
-            if urgent is None:
-                raise not_an_event(ev)
+            try:
+                urgent = types[type(ev)]
+            except KeyError:
+                raise not_an_event(ev) from None
             if ev.seq >= 0:
                 # Emitted before: the queued object keeps its own envelope.
                 ev = copy_event(ev)
             try:
                 ev.time = now()
                 ev.seq = next_seq()
+                ev.run_id = run_id
             except AttributeError:
                 raise frozen_event(ev) from None
             append(ev)
@@ -217,6 +225,7 @@ class Tracer(TracerFacade):
         self._stop = False
         self._pump_done = False
         self._orphaned_at = None
+        self._next_sink_turn = 0.0
         self._swallowed = 0
         self._report.new_run()
         tg = anyio.create_task_group()
@@ -340,6 +349,7 @@ class Tracer(TracerFacade):
                     if self._stop:
                         break
                     self._take(everything=self._due())
+                    self._let_sinks_run()
                     if self._orphaned_at is not None and self._orphan_expired():
                         # The close waits for the pump to be done: it is.
                         self._pump_done = True
@@ -371,6 +381,25 @@ class Tracer(TracerFacade):
                 await self._wake.wait()
             if self._wake.is_set():
                 self._wake = anyio.Event()
+
+    def _let_sinks_run(self) -> None:
+        """Give the sinks' threads the GIL for a moment when one is far behind.
+
+        A loop that never idles takes the GIL back from its own ``select()``
+        within microseconds, and each time that restarts the interpreter's
+        switch timer: a sink's thread waiting for the GIL after a write may
+        then get no turn at all, fall twice the buffer behind and lose
+        batches. Past half of that, the pump sleeps a millisecond (at most
+        every 10 ms) with the GIL released. A slow or hung sink, which is
+        behind for another reason, costs the loop at most that 10 % until it
+        catches up or is given up.
+        """
+        if self._engine.most_behind() <= self._config.buffer:
+            return
+        now = time.monotonic()
+        if now >= self._next_sink_turn:
+            self._next_sink_turn = now + _SINK_TURN_EVERY
+            time.sleep(_SINK_TURN)
 
     def _due(self) -> bool:
         return (

@@ -85,7 +85,7 @@ class Engine:
         self.lost = 0
         self.first_lost: float = _INF
         self.final: TraceClosed | None = None
-        self._encoder = BatchEncoder()
+        self._encoder = BatchEncoder(own_time=config.clock is time.time)
         self._written_lock = threading.Lock()
         self._progress = threading.Condition()
         self._warned_invalid = False
@@ -118,18 +118,22 @@ class Engine:
 
     # --- the hot part: events to bytes to sinks --------------------------------
 
-    def process(self, events: Sequence[Event]) -> None:
-        """Encode ``events`` (in seq order) and hand them to every sink; never raises."""
+    def process(self, events: Sequence[Event], first_seq: int | None = None) -> None:
+        """Encode and check ``events`` (in seq order) once and hand them to every
+        sink; never raises.
+
+        ``emit`` stamped their ``time`` and ``run_id`` (and the async tracer's
+        their ``seq``). The sync tracer's writer numbers them in the order they
+        arrived: from ``first_seq`` on, in the same pass as their check.
+        """
         if not events:
             return
         try:
-            run_id = self.run_id
-            for ev in events:
-                ev.run_id = run_id
-            data, bad = self._encoder.encode(events)
+            data, bad = self._encoder.encode(events, first_seq)
         except Exception as exc:
             # Nothing in one batch may stop the run: the batch counts as lost.
-            self.note_lost(len(events), min(ev.seq for ev in events))
+            first = min(ev.seq for ev in events) if first_seq is None else first_seq
+            self.note_lost(len(events), first)
             if not self._warned_broken:
                 self._warned_broken = True
                 logger.error(
@@ -194,10 +198,15 @@ class Engine:
     def live_sinks(self) -> list[SinkRunner]:
         return [r for r in self.runners if r.live]
 
+    def most_behind(self) -> int:
+        """The most events any live sink has been handed and not written yet."""
+        return max((r.behind for r in self.runners), default=0)
+
     # --- steps: open, flush, close ----------------------------------------------
 
     def opening(self, specs: Sequence[SinkSpec]) -> Steps[None]:
         """Build and open every sink, each in its thread, or none (``SinkOpenError``)."""
+        BatchEncoder.prepare((TraceOpened, TraceClosed))
         uris_sinks = build_sinks(specs, run_id=self.run_id, pid=self.pid, host=self.host)
         # A sink may fall this far behind (its thread waits for the GIL while
         # the program emits flat out) before it loses batches.

@@ -1,15 +1,17 @@
 """The sync tracer: ``emit`` from any thread, one writer thread per run.
 
-``emit`` stamps ``time`` and appends to a deque; the writer thread gives each
-event its ``seq`` in the order the deque received them, so a run's lines are
-in ``seq`` order however many threads emit (a thread preempted between
-taking a number and queueing its event can put nothing out of place), and
-drives the same engine as the async tracer. The sinks write on threads of
-their own, so a hung sink holds up neither the writer nor the other sinks.
+``emit`` stamps ``time`` and ``run_id`` and appends to a deque; the writer
+thread gives each event its ``seq`` in the order the deque received them, so
+a run's lines are in ``seq`` order however many threads emit (a thread
+preempted between taking a number and queueing its event can put nothing out
+of place), and drives the same engine as the async tracer. The sinks write
+on threads of their own, so a hung sink holds up neither the writer nor the
+other sinks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import itertools
@@ -20,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from itertools import repeat, starmap
+from operator import itemgetter
 from types import TracebackType
 from typing import Any
 
@@ -84,6 +87,7 @@ class SyncTracer(TracerFacade):
     _set_limit: Callable[[int], None]
     _wake_flag: threading.Event
     _opened: threading.Event
+    _writer_done: bool  # the writer thread has handled its last mark
     _open_error: BaseException | None
     _thread: threading.Thread
 
@@ -170,19 +174,22 @@ class SyncTracer(TracerFacade):
         types = REGISTRY.emit_types
         now = self._config.clock
         copy_event = copy.copy
+        run_id = self._engine.run_id
         # Closing sets it to 0, so that every later emit (even through an old
         # reference) is counted by on_full.
         limit = self._config.buffer
 
         def emit(ev: Event) -> None:
-            urgent = types.get(type(ev))
-            if urgent is None:
-                raise not_an_event(ev)
+            try:
+                urgent = types[type(ev)]
+            except KeyError:
+                raise not_an_event(ev) from None
             if ev.time:
                 # Emitted before: the queued object keeps its own envelope.
                 ev = copy_event(ev)
             try:
                 ev.time = now()
+                ev.run_id = run_id
             except AttributeError:
                 raise frozen_event(ev) from None
             n = len(queue)
@@ -255,6 +262,7 @@ class SyncTracer(TracerFacade):
         self._wake_flag = threading.Event()
         self._urgent = False
         self._opened = threading.Event()
+        self._writer_done = False
         self._open_error = None
         self._report.new_run()
         self.run_id = engine.run_id
@@ -367,15 +375,20 @@ class SyncTracer(TracerFacade):
     def _enqueue(self, mark: _QueueMark) -> None:
         with self._lock:
             self._marks.append(mark)
+            done = self._writer_done
         self._queue.append(mark)
         self._wake_flag.set()
-        if not self._thread.is_alive() and self._thread.ident is not None:
+        if done or (not self._thread.is_alive() and self._thread.ident is not None):
             self._release_marks()
 
-    def _release_marks(self) -> None:
+    def _release_marks(self, *, writer_done: bool = False) -> None:
         # The writer has ended: nobody waiting on a flush or close may wait in vain.
         with self._lock:
             marks, self._marks = self._marks, []
+            # From now on a mark is released as it is queued (see _enqueue): one
+            # queued after this, while the writer thread is still ending, would
+            # find no thread alive to say so only later.
+            self._writer_done = self._writer_done or writer_done
         for mark in marks:
             mark.reached.set()
 
@@ -398,12 +411,22 @@ class SyncTracer(TracerFacade):
         hooks.keep_signals_off_this_thread()
         engine = self._engine
         try:
+            self._open_and_serve(waited)
+        finally:
+            if self._engine is engine:  # not a later run's (this one's close gave up)
+                self._release_marks(writer_done=True)
+
+    def _open_and_serve(self, waited: bool) -> None:
+        engine = self._engine
+        try:
             drive_blocking(engine, engine.opening(self._specs))
         except BaseException as exc:
+            if not waited:
+                # Said before the failure is known: a flush or close it ends
+                # returns at once, and what it returns to may look for this.
+                logger.warning("rollout_trace: tracing is off for this process: %s", exc)
             self._fail_open(exc)
             self._opened.set()
-            if not waited:
-                logger.warning("rollout_trace: tracing is off for this process: %s", exc)
             return
         self._sinks = [r.sink for r in engine.runners]
         self._opened.set()
@@ -412,8 +435,6 @@ class SyncTracer(TracerFacade):
             self._close_run(close)
         except BaseException as exc:  # never let the writer thread print a traceback
             logger.error("rollout_trace: the writer thread of run %s failed: %r", self.run_id, exc)
-        finally:
-            self._release_marks()
 
     def _serve(self) -> _CloseMark:
         """Write batches as they start, fill or wait ``flush_interval``, up to the close mark."""
@@ -443,11 +464,8 @@ class SyncTracer(TracerFacade):
 
     def _write(self, events: list[Event]) -> None:
         seq = self._next_seq
-        for ev in events:
-            ev.seq = seq
-            seq += 1
-        self._next_seq = seq
-        self._engine.process(events)
+        self._next_seq = seq + len(events)
+        self._engine.process(events, seq)
 
     def _drain(self) -> _CloseMark | None:
         """Write everything queued; handle marks in order. Returns the close mark."""
@@ -462,18 +480,12 @@ class SyncTracer(TracerFacade):
             # (before a mark that follows it: a flush then says False).
             dropped = peek_count(self._drops) - self._drops_folded
             items: list[Any] = list(starmap(pop, repeat((), len(queue))))
-            last_event = (
-                max(
-                    (i for i, item in enumerate(items) if not isinstance(item, _QueueMark)),
-                    default=-1,
-                )
-                if self._marks
-                else len(items) - 1
-            )
+            marks = self._marks_in(items) if self._marks else []
+            last_event = len(items) - 1
+            while marks and any(i == last_event for i, _ in marks):
+                last_event -= 1
             start = 0
-            for i, item in enumerate(items) if self._marks else ():
-                if not isinstance(item, _QueueMark):
-                    continue
+            for i, item in marks:
                 self._write(items[start:i])
                 start = i + 1
                 if i > last_event or isinstance(item, _CloseMark):
@@ -491,11 +503,33 @@ class SyncTracer(TracerFacade):
                 with self._lock:
                     if item in self._marks:
                         self._marks.remove(item)
-            self._write(items[start:])
+            self._write(items[start:] if start else items)
             self._fold_drops(dropped)
         # Drops since the last drain with nothing queued after them.
         self._fold_drops(peek_count(self._drops) - self._drops_folded)
         return None
+
+    def _marks_in(self, items: list[Any]) -> list[tuple[int, _QueueMark]]:
+        """Where the flush and close marks are among ``items``, in their order.
+
+        Every mark is registered before it is queued, so only those can be
+        there; each is looked for by identity in C (a loop in Python over a
+        batch of events costs milliseconds a flush).
+        """
+        with self._lock:
+            registered = list(self._marks)
+        found = []
+        ids: list[int] | None = None
+        for mark in registered:
+            if items and items[-1] is mark:  # the usual place: queued after its events
+                found.append((len(items) - 1, mark))
+                continue
+            if ids is None:
+                ids = list(map(id, items))
+            with contextlib.suppress(ValueError):  # not there: queued after this drain began
+                found.append((ids.index(id(mark)), mark))
+        found.sort(key=itemgetter(0))
+        return found
 
     def _late(self, items: list[Any]) -> None:
         """What was queued behind the close mark belongs to no run."""

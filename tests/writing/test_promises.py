@@ -1016,6 +1016,36 @@ def test_a_clock_of_ones_own_stamps_every_time(driver: Driver) -> None:
     assert run.closed is not None and run.closed["time"] == 1_004.0
 
 
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (math.nan, "must be a finite number"),  # NaN would be written as null
+        (math.inf, "must be a finite number"),
+        (True, "must be float"),  # a bool is read back as a bool
+        ("noon", "must be float"),  # a str
+    ],
+)
+@drivers
+def test_a_clock_of_ones_own_is_checked_like_any_field(
+    driver: Driver, bad: Any, reason: str, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # Only time.time() is trusted to give finite floats: the tracer's own
+    # stamps are left out of the writer's check, a clock of one's own is not.
+    ticks = iter([1_000.0, 1_001.0, 1.0, bad, 3.0, bad, 5.0, 6.0])
+
+    async def scenario(h: Handle) -> None:
+        for i in range(5):
+            h.emit(dispatched(i))
+
+    out = driver.run(["memory://"], scenario, clock=lambda: next(ticks))
+    run = only_run(out.tracer.sinks[0].getvalue(), allow_drops=True)  # type: ignore[attr-defined]
+    assert [e["time"] for e in run.events] == [1.0, 3.0, 5.0]
+    c = out.counts
+    assert (c.emitted, c.written, c.invalid, c.dropped) == (5, 3, 2, 0), c
+    assert run.closed is not None and run.closed["time"] == 6.0
+    assert len(said(trace_log, "field 'time'", reason)) == 1
+
+
 @drivers
 def test_an_emit_held_from_before_the_open_writes_into_the_run(driver: Driver) -> None:
     t = driver.make("memory://")

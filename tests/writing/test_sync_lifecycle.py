@@ -164,6 +164,30 @@ def test_a_lazily_opened_tracer_without_threads_reports_once_and_goes_quiet(
     assert c.emitted + c.outside_run == 1_001, c
 
 
+def test_a_failed_lazy_open_is_said_before_the_flush_it_ends_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # The writer thread reports why tracing is off before it lets go of the
+    # flush waiting on it. Once it reported it afterwards, so a program that
+    # looked as soon as the flush returned (a loaded machine, a slow thread)
+    # found nothing said: here the writer thread is slow right after the failure.
+    _refuse_threads(monkeypatch, "rollout_trace sink")
+    real = rt.SyncTracer._fail_open
+
+    def slow_fail_open(self: rt.SyncTracer, exc: BaseException) -> None:
+        real(self, exc)
+        time.sleep(0.3)
+
+    monkeypatch.setattr(rt.SyncTracer, "_fail_open", slow_fail_open)
+    t = rt.sync_tracer(str(tmp_path / "run.jsonl"), close_timeout=10)
+    t.emit(dispatched(0))  # opens it, on the writer thread
+    ok, took = bounded(t.flush, 5)
+    said = [r.getMessage() for r in trace_log.records if r.name == "rollout_trace"]
+    assert ok is False and took < 2, (ok, took)
+    assert len(said) == 1 and "tracing is off" in said[0], said
+    t.close()
+
+
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     """Run ``code`` in a child with the same rollout_trace; a hang fails the test."""
     root = str(Path(rt.__file__).resolve().parents[1])
