@@ -140,19 +140,20 @@ async def test_a_flush_can_be_bounded_by_cancelling_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("hold", "buffer", "turns"),
+    ("hold", "buffer"),
     [
         # The sink's thread stays inside a write: it falls more than the buffer
-        # behind, and the pump hands it the GIL now and then (a thread waiting
-        # for the GIL would otherwise get none from a loop that never idles).
-        (True, 64, True),
-        # A sink within the buffer of the program: the loop is never paused.
-        (False, 65_536, False),
+        # behind. Its batches are lost (counted), and the loop never waits for it.
+        (True, 64),
+        # A sink within the buffer of the program.
+        (False, 65_536),
     ],
 )
-async def test_the_pump_lets_a_sink_far_behind_have_the_gil(
-    hold: bool, buffer: int, turns: bool, monkeypatch: pytest.MonkeyPatch
+async def test_the_pump_never_puts_the_loop_to_sleep_for_a_sink(
+    hold: bool, buffer: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Once the pump slept a millisecond in ten on the loop (GIL and all) to
+    # lend the GIL to a sink's thread that was far behind.
     real_sleep = time.sleep
     loop_sleeps: list[float] = []
 
@@ -173,14 +174,12 @@ async def test_the_pump_lets_a_sink_far_behind_have_the_gil(
             real_write(data)
 
         sink.write = held_write  # type: ignore[method-assign]
-        begun = time.monotonic()
         for i in range(2_000):
             t.emit(dispatched(i))
             if i % 16 == 15:
                 await anyio.sleep(0)
-        took = time.monotonic() - begun
+        assert loop_sleeps == []
         release.set()
-    assert bool(loop_sleeps) is turns, loop_sleeps
-    # A millisecond at a time, at most one every 10 ms.
-    assert all(s <= 0.001 for s in loop_sleeps)
-    assert len(loop_sleeps) <= took / 0.01 + 1, (len(loop_sleeps), took)
+    c = t.counts
+    assert c.emitted == 2_000 and c.written + c.dropped == 2_000, c
+    assert (c.dropped > 0) is hold, c

@@ -39,10 +39,6 @@ __all__ = ["Tracer", "tracer"]
 # The pump encodes and hands on at most this many events before it lets the
 # loop run other tasks (about 4 ms of the loop's time).
 _CHUNK = 16_384
-# How long the pump lets the sinks' threads have the GIL, and how often at
-# most, when one of them is far behind (see Tracer._let_sinks_run).
-_SINK_TURN = 0.001
-_SINK_TURN_EVERY = 0.01
 
 
 class Tracer(TracerFacade):
@@ -75,7 +71,6 @@ class Tracer(TracerFacade):
     _stop: bool
     _pump_done: bool
     _orphaned_at: float | None
-    _next_sink_turn: float  # time.monotonic() of the next sleep of _let_sinks_run
 
     def __init__(self, config: TracerConfig) -> None:
         super().__init__(config)
@@ -225,7 +220,6 @@ class Tracer(TracerFacade):
         self._stop = False
         self._pump_done = False
         self._orphaned_at = None
-        self._next_sink_turn = 0.0
         self._swallowed = 0
         self._report.new_run()
         tg = anyio.create_task_group()
@@ -349,7 +343,6 @@ class Tracer(TracerFacade):
                     if self._stop:
                         break
                     self._take(everything=self._due())
-                    self._let_sinks_run()
                     if self._orphaned_at is not None and self._orphan_expired():
                         # The close waits for the pump to be done: it is.
                         self._pump_done = True
@@ -381,25 +374,6 @@ class Tracer(TracerFacade):
                 await self._wake.wait()
             if self._wake.is_set():
                 self._wake = anyio.Event()
-
-    def _let_sinks_run(self) -> None:
-        """Give the sinks' threads the GIL for a moment when one is far behind.
-
-        A loop that never idles takes the GIL back from its own ``select()``
-        within microseconds, and each time that restarts the interpreter's
-        switch timer: a sink's thread waiting for the GIL after a write may
-        then get no turn at all, fall twice the buffer behind and lose
-        batches. Past half of that, the pump sleeps a millisecond (at most
-        every 10 ms) with the GIL released. A slow or hung sink, which is
-        behind for another reason, costs the loop at most that 10 % until it
-        catches up or is given up.
-        """
-        if self._engine.most_behind() <= self._config.buffer:
-            return
-        now = time.monotonic()
-        if now >= self._next_sink_turn:
-            self._next_sink_turn = now + _SINK_TURN_EVERY
-            time.sleep(_SINK_TURN)
 
     def _due(self) -> bool:
         return (

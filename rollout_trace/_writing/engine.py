@@ -198,10 +198,6 @@ class Engine:
     def live_sinks(self) -> list[SinkRunner]:
         return [r for r in self.runners if r.live]
 
-    def most_behind(self) -> int:
-        """The most events any live sink has been handed and not written yet."""
-        return max((r.behind for r in self.runners), default=0)
-
     # --- steps: open, flush, close ----------------------------------------------
 
     def opening(self, specs: Sequence[SinkSpec]) -> Steps[None]:

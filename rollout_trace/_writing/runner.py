@@ -116,11 +116,6 @@ class SinkRunner:
         """Nothing handed is still waiting to be written."""
         return self._handed == self._done or not self.live
 
-    @property
-    def behind(self) -> int:
-        """Events handed to the sink and not written yet (0 for a sink given up)."""
-        return self._handed - self._done if self.live else 0
-
     def submit(self, data: bytes, batch: Batch) -> None:
         if not self.live:
             self._lose(batch.n, batch.first_seq)
