@@ -471,6 +471,65 @@ def test_a_file_moved_or_deleted_while_written_is_made_again(
     assert len(reports) == 1 and "new file" in reports[0], said(trace_log)
 
 
+@pytest.mark.parametrize(
+    ("steps", "looks", "lines"),
+    [
+        # Batches that follow each other: the path is looked at once, not per
+        # batch (each look is a system call, and a turn of the GIL lost).
+        (["write", "write", "write"], 1, (3, 0)),
+        # A quarter of a second after the last look, the next batch looks.
+        (["write", "wait", "write", "write"], 2, (3, 0)),
+        # A flush makes the next batch look, however soon it comes.
+        (["write", "flush", "write"], 2, (2, 0)),
+        # Moved away between batches that follow each other: the next one still
+        # goes to the old file; the first after the quarter goes to a new one.
+        (["write", "move", "write", "wait", "write"], 2, (1, 2)),
+        # Moved away, then a flush: the next batch finds it gone.
+        (["write", "move", "flush", "write", "write"], 2, (2, 1)),
+    ],
+)
+def test_the_jsonl_sink_looks_at_its_path_at_most_every_quarter_second(
+    steps: list[str],
+    looks: int,
+    lines: tuple[int, int],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    trace_log: pytest.LogCaptureFixture,
+) -> None:
+    import sinks.jsonl
+
+    now = [1_000.0]
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(sinks.jsonl.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(sinks.jsonl.os, "stat", stat)
+    path, moved = tmp_path / "t.jsonl", tmp_path / "t.1.jsonl"
+    sink = sinks.jsonl.JsonlSink(str(path), {})
+    sink.open()
+    stats.clear()  # (the open looks for what it makes)
+    for step in steps:
+        if step == "write":
+            sink.write(b"{}\n")
+        elif step == "wait":
+            now[0] += 0.25
+        elif step == "flush":
+            sink.flush()
+        else:
+            path.rename(moved)
+    sink.close()
+    assert stats.count(str(path)) == looks, stats
+    # (lines at the path, lines in the file moved away)
+    found = tuple(p.read_bytes().count(b"\n") if p.exists() else 0 for p in (path, moved))
+    assert found == lines
+    assert sink.reopened == (1 if lines[1] else 0)
+    assert len(said(trace_log, "new file")) == sink.reopened
+
+
 # --- 8. every sink writes what it counts, under every driver: tests/sinks/test_sink_contract.py
 
 
