@@ -7,6 +7,9 @@ sink's thread. What takes time (opening, flushing, closing) is written once,
 as steps that yield ``Wait``s; each facade drives the steps with its own way
 of waiting (``drive_blocking`` or ``drive_async``), so both tracers follow one
 state machine with one set of counts.
+
+An engine built ``direct`` (the sync tracer's) writes to a lone sink on the
+thread that calls ``process``; the event loop never does.
 """
 
 from __future__ import annotations
@@ -69,8 +72,10 @@ Steps = Generator[Wait, None, T]
 class Engine:
     """One run: its identity, its sinks, and the counts ``trace_closed`` reports."""
 
-    def __init__(self, config: TracerConfig) -> None:
+    def __init__(self, config: TracerConfig, *, direct: bool = False) -> None:
         self.config = config
+        # The thread that calls process() writes to a lone sink itself.
+        self.direct = direct
         self.clock = config.clock
         self.run_id = uuid.uuid4().hex
         self.pid = os.getpid()
@@ -198,16 +203,35 @@ class Engine:
     def live_sinks(self) -> list[SinkRunner]:
         return [r for r in self.runners if r.live]
 
+    @property
+    def writer_stuck(self) -> bool:
+        """The thread that writes to a direct sink is inside a call given up as hung."""
+        return any(r.direct and r.stalled for r in self.runners)
+
+    def give_up_direct(self, reason: str) -> None:
+        """Give up a direct sink that is inside a call (the writer thread is in it)."""
+        for runner in self.runners:
+            if runner.direct and runner.busy_since is not None:
+                runner.fail(reason)
+
     # --- steps: open, flush, close ----------------------------------------------
 
-    def opening(self, specs: Sequence[SinkSpec]) -> Steps[None]:
-        """Build and open every sink, each in its thread, or none (``SinkOpenError``)."""
+    def opening(self, specs: Sequence[SinkSpec], *, announce: bool = True) -> Steps[None]:
+        """Build and open every sink, each in its thread, or none (``SinkOpenError``).
+
+        Then write ``trace_opened``, unless ``announce`` is False: the caller
+        calls ``announce()`` itself once it has said the run is open (a direct
+        sink is written by the caller, and its first write may hang).
+        """
         BatchEncoder.prepare((TraceOpened, TraceClosed))
         uris_sinks = build_sinks(specs, run_id=self.run_id, pid=self.pid, host=self.host)
         # A sink may fall this far behind (its thread waits for the GIL while
         # the program emits flat out) before it loses batches.
         cap = 2 * max(self.config.buffer, self.config.batch_size)
-        self.runners = [SinkRunner(uri, sink, cap, self._notify) for uri, sink in uris_sinks]
+        direct = self.direct and len(uris_sinks) == 1
+        self.runners = [
+            SinkRunner(uri, sink, cap, self._notify, direct=direct) for uri, sink in uris_sinks
+        ]
         started: list[SinkRunner] = []
         try:
             for runner in self.runners:
@@ -241,6 +265,11 @@ class Engine:
             self.state = State.CLOSED
             raise
         self.state = State.OPEN
+        if announce:
+            self.announce()
+
+    def announce(self) -> None:
+        """Write ``trace_opened``, the run's first line."""
         self.write_lifecycle(
             TraceOpened(
                 time=self.clock(),
@@ -349,7 +378,11 @@ class Engine:
         return True
 
     def wait_event(self, event: threading.Event, end: float) -> bool:
-        """Block until ``event`` is set or ``end``; hung sinks are noticed meanwhile."""
+        """Block until ``event`` is set or ``end``; hung sinks are noticed meanwhile.
+
+        ``False`` at once when the writer thread is stuck in a call to a direct
+        sink given up as hung: it sets nothing any more.
+        """
         while True:
             left = end - time.monotonic()
             if event.wait(max(0.0, min(left, 0.05))):
@@ -357,6 +390,8 @@ class Engine:
             if left <= 0:
                 return False
             self.check_stalls()
+            if self.writer_stuck:
+                return event.is_set()
 
     async def wait_async(self, wait: Wait, *, patient: bool) -> int:
         """Poll until the wait is over, without waking while nothing is waited for.

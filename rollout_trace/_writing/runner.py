@@ -1,10 +1,17 @@
-"""One sink and the daemon thread that makes every one of its calls.
+"""One sink and the daemon thread that makes its calls.
 
 Encoded batches arrive from the engine without waiting; the thread writes
 them in order and acknowledges each. Only what a sink acknowledged counts as
 written by it. A sink that fails is reported once and written to no more; one
 that falls behind by more than its share of the buffer loses batches (counted)
 rather than holding up the other sinks or the program.
+
+A ``direct`` runner is written and flushed by the thread that hands it the
+batches (the sync tracer's writer thread, for a lone sink): a thread of its
+own would cost each batch two more turns of the GIL, each a switch interval
+long while the program emits. Its thread only opens and closes the sink. If
+one of its calls hangs, the writer thread hangs with it; the sink is given up
+after ``close_timeout`` as any other (``Engine.writer_stuck``).
 """
 
 from __future__ import annotations
@@ -80,10 +87,19 @@ _GATHER = 1 << 23
 class SinkRunner:
     """A sink and its thread: ``submit()`` and ``mark()`` never block."""
 
-    def __init__(self, uri: str, sink: Sink, cap: int, on_progress: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        uri: str,
+        sink: Sink,
+        cap: int,
+        on_progress: Callable[[], None],
+        *,
+        direct: bool = False,
+    ) -> None:
         self.uri = uri
         self.sink = sink
         self.cap = cap  # events this sink may have queued before it loses batches
+        self.direct = direct  # written and flushed by the caller of submit() and mark()
         self._on_progress = on_progress
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -93,7 +109,7 @@ class SinkRunner:
         self.lost = 0  # events handed to the run that this sink did not write
         self.first_lost: float = _INF  # the lowest seq among them
         self._handed = 0  # events handed (engine's thread only)
-        self._done = 0  # events finished, written or not (this sink's thread only)
+        self._done = 0  # events finished, written or not (the thread that writes only)
         self._marks: list[FlushMark] = []
         self.busy_since: float | None = None
         self.stalled = False  # given up in a call that may never return
@@ -120,6 +136,10 @@ class SinkRunner:
         if not self.live:
             self._lose(batch.n, batch.first_seq)
             return
+        if self.direct:
+            self._handed += batch.n
+            self._write(data, [batch])
+            return
         if self._handed - self._done + batch.n > self.cap and self._handed != self._done:
             if not self._warned_behind:
                 self._warned_behind = True
@@ -137,6 +157,10 @@ class SinkRunner:
     def mark(self, mark: FlushMark) -> None:
         if not self.live:
             mark.sink_done(False)
+            return
+        if self.direct:
+            mark.sink_done(self._call(self.sink.flush, "flush"))
+            self._on_progress()
             return
         with self._lock:
             self._marks.append(mark)
@@ -187,7 +211,7 @@ class SinkRunner:
             self.lost += n
             self.first_lost = min(self.first_lost, first_seq)
 
-    # --- the sink's thread ----------------------------------------------------
+    # --- the sink's thread (and a direct runner's writes) -------------------------
 
     def _main(self) -> None:
         keep_signals_off_this_thread()

@@ -4,9 +4,15 @@
 thread gives each event its ``seq`` in the order the deque received them, so
 a run's lines are in ``seq`` order however many threads emit (a thread
 preempted between taking a number and queueing its event can put nothing out
-of place), and drives the same engine as the async tracer. The sinks write
-on threads of their own, so a hung sink holds up neither the writer nor the
-other sinks.
+of place), and drives the same engine as the async tracer.
+
+A lone sink is written by the writer thread itself: handing each batch to a
+thread of the sink's own cost two more turns of the GIL per batch, each a
+switch interval long while the program emits. A hung lone sink then holds
+up the writer: emit still never blocks (the buffer fills and drops, counted),
+and flush and close give the sink up after ``close_timeout``. Several sinks
+write on threads of their own, so a hung one holds up neither the writer nor
+the others.
 """
 
 from __future__ import annotations
@@ -251,7 +257,7 @@ class SyncTracer(TracerFacade):
     # --- lifecycle ----------------------------------------------------------
 
     def _start(self, *, wait: bool) -> None:
-        engine = Engine(self._config)
+        engine = Engine(self._config, direct=True)
         self._engine = engine
         self._pid = engine.pid
         self._queue = deque()
@@ -357,11 +363,16 @@ class SyncTracer(TracerFacade):
     def finish_close(self, mark: _CloseMark) -> None:
         engine = self._engine
         if not engine.wait_event(mark.reached, mark.deadline):
+            stuck = engine.writer_stuck
+            # A lone sink the writer thread is still writing to is given up,
+            # as a sink's own thread is when the drain runs out of time.
+            engine.give_up_direct("did not write what it held before the close deadline")
             engine.finalize(mark.boundary or self._emitted_so_far() + 1)
             logger.warning(
-                "rollout_trace: closing run %s took longer than its deadline; what was not "
-                "written by then is lost and trace_closed may be missing",
+                "rollout_trace: closing run %s %s; what was not written by then is lost and "
+                "trace_closed may be missing",
                 self.run_id,
+                "gave up: its sink hangs in a call" if stuck else "took longer than its deadline",
             )
         with self._lock:
             if self._state is State.CLOSING:
@@ -419,7 +430,7 @@ class SyncTracer(TracerFacade):
     def _open_and_serve(self, waited: bool) -> None:
         engine = self._engine
         try:
-            drive_blocking(engine, engine.opening(self._specs))
+            drive_blocking(engine, engine.opening(self._specs, announce=False))
         except BaseException as exc:
             if not waited:
                 # Said before the failure is known: a flush or close it ends
@@ -431,6 +442,8 @@ class SyncTracer(TracerFacade):
         self._sinks = [r.sink for r in engine.runners]
         self._opened.set()
         try:
+            # After the open is said: this thread writes a lone sink itself.
+            engine.announce()
             close = self._serve()
             self._close_run(close)
         except BaseException as exc:  # never let the writer thread print a traceback

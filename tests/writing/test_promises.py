@@ -1129,7 +1129,10 @@ def test_close_honours_its_deadline_with_a_slow_sink(
             h.emit(dispatched(i))
             await h.sleep(0)
 
-    out = driver.run(["slow://?delay=0.5"], scenario, batch_size=1, close_timeout=1.0)
+    # Each write takes 0.8 s: trace_opened's is under way when the close
+    # begins, and the sink cannot have written the events by the deadline,
+    # on a thread of its own or on the sync tracer's writer thread.
+    out = driver.run(["slow://?delay=0.8"], scenario, batch_size=1, close_timeout=1.0)
     assert out.close_s < 1.0 + 0.75, out.close_s
     c = out.counts
     assert c.emitted == 20 and c.dropped > 0 and c.written + c.dropped == 20, c
@@ -1138,7 +1141,7 @@ def test_close_honours_its_deadline_with_a_slow_sink(
     lines = out.tracer.sinks[0].lines()  # type: ignore[attr-defined]
     assert len([line for line in lines if b'"attempt_dispatched"' in line]) >= c.written
     assert not any(b'"trace_closed"' in line for line in lines)
-    assert said(trace_log, "slow://?delay=0.5", "deadline")
+    assert said(trace_log, "slow://?delay=0.8", "deadline")
 
 
 @drivers

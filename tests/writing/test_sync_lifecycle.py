@@ -528,3 +528,89 @@ def test_a_hung_sink_does_not_hold_up_the_healthy_ones(tmp_path: Path) -> None:
     run = checked_run(path)
     assert run.closed is not None and len(run.events) == total
     assert run.closed["dropped"] == 0 and run.closed["written"] == total
+
+
+# --- 13. a lone sink is written by the writer thread ------------------------------------
+
+
+@pytest.mark.usefixtures("plugins")
+@pytest.mark.parametrize(
+    ("uris", "writers"),
+    [
+        # One sink: the writer thread writes and flushes it itself (a thread
+        # of the sink's own cost two more turns of the GIL per batch).
+        (["memory://"], {"MemorySink": "rollout_trace writer"}),
+        # Several: each on its own thread, so a hung one holds up no other.
+        (
+            ["memory://", "slow://?delay=0"],
+            {"MemorySink": "rollout_trace sink", "SlowSink": "rollout_trace sink"},
+        ),
+    ],
+)
+def test_a_lone_sink_is_written_by_the_writer_thread(
+    uris: list[str], writers: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sinks import MemorySink
+
+    calls: list[tuple[str, str]] = []  # (the sink's class, the calling thread)
+    real_write, real_flush = MemorySink.write, MemorySink.flush
+
+    def write(self: MemorySink, data: bytes) -> None:
+        calls.append((type(self).__name__, threading.current_thread().name))
+        real_write(self, data)
+
+    def flush(self: MemorySink) -> None:
+        calls.append((type(self).__name__, threading.current_thread().name))
+        real_flush(self)
+
+    monkeypatch.setattr(MemorySink, "write", write)
+    monkeypatch.setattr(MemorySink, "flush", flush)
+    t = rt.sync_tracer(*uris, batch_size=10)
+    with t:
+        for i in range(100):
+            t.emit(dispatched(i))
+        assert t.flush() is True
+    assert t.counts.written == 100
+    assert {kind for kind, _ in calls} == set(writers), calls
+    for kind, thread in calls:
+        assert thread.startswith(writers[kind]), (kind, thread)
+
+
+@pytest.mark.usefixtures("plugins")
+@pytest.mark.parametrize(
+    ("ok", "when"),
+    [
+        # trace_opened's write hangs: open() returns all the same (the writer
+        # thread says the run is open before it writes its first line).
+        (0, "flush"),
+        # The writer thread hangs in the sink's third write: a flush without a
+        # timeout returns False once the sink is given up (close_timeout).
+        (2, "flush"),
+        # No flush: the close gives the sink up and returns, without trace_closed.
+        (2, "close"),
+    ],
+)
+def test_a_lone_hung_sink_is_given_up_and_emit_never_blocks(
+    ok: int, when: str, trace_log: pytest.LogCaptureFixture
+) -> None:
+    t = rt.sync_tracer(f"stuck://?ok={ok}", close_timeout=2, batch_size=100, buffer=1_000)
+    bounded(t.open, 1.5)  # (2 * close_timeout + 1 if it waited for trace_opened)
+    written = 100 if ok else 0
+    for i in range(written):
+        t.emit(dispatched(i))
+    if written:
+        flushed, _ = bounded(lambda: t.flush(timeout=5), 10)
+        assert flushed is True  # trace_opened, then the first batch: its two writes
+    # The writer thread is stuck in a write; emit goes on, dropping (counted)
+    # once the buffer is full.
+    bounded(lambda: [t.emit(dispatched(i)) for i in range(5_000)], 5)
+    if when == "flush":
+        flushed, took = bounded(t.flush, 2.0 + 5)
+        assert flushed is False and took < 2.0 + 2.0, (flushed, took)
+    _, took = bounded(t.close, 2.0 + 5)
+    assert took < 2.0 + 2.0, took
+    c = t.counts
+    assert (c.emitted, c.written, c.dropped) == (written + 5_000, written, 5_000), c
+    messages = [r.getMessage() for r in trace_log.records]
+    assert [m for m in messages if "stuck://" in m and "stopped" in m], messages
+    assert [m for m in messages if "buffer" in m and "full" in m], messages
