@@ -279,6 +279,7 @@ def _compile_checks(
         "_NP_INTS": np_ints,
         "_NP_FLOATS": np_floats,
         "_cls": cls,
+        "_NONE": type(None),
     }
     every, own = [], []  # the tests of the fields: all, and but the time
     for f in fields:
@@ -293,20 +294,30 @@ def _compile_checks(
         if seen or not _stamped(f, _OWN_TIME):
             own.append(f"({test})")
     ok = " and ".join(every) or "True"
+    # The run checks see every name they use as a local (a default of a
+    # keyword-only argument): a global or builtin lookup per use costs a
+    # tenth of a field's test.
+    names = sorted({*_BUILTINS_USED, *(k for k in namespace if not k.startswith("__"))})
+    binds = ", ".join(f"{n}={n}" for n in names)
     source = (
         f"def check(ev):\n    return bool({ok})\n"
-        + _run_source("run", ok)
-        + _run_source("run_own_time", " and ".join(own) or "True")
+        + _run_source("run", ok, binds)
+        + _run_source("run_own_time", " and ".join(own) or "True", binds)
     )
     exec(compile(source, f"<rollout_trace check of {cls.__qualname__}>", "exec"), namespace)
     return namespace["check"], namespace["run"], namespace["run_own_time"]
 
 
-def _run_source(name: str, ok: str) -> str:
+# The builtins the tests of ``_test`` call.
+_BUILTINS_USED = ("all", "bool", "dict", "float", "int", "list", "map", "set", "str", "type")
+
+
+def _run_source(name: str, ok: str, binds: str) -> str:
     """A run check (``_RunCheck``) named ``name`` whose test of ``ev`` is ``ok``:
-    numbering the events on the way (from ``seq``), or not (``seq`` None)."""
+    numbering the events on the way (from ``seq``), or not (``seq`` None);
+    ``binds`` makes the names it uses locals."""
     return (
-        f"def {name}(ev, it, seq):\n"
+        f"def {name}(ev, it, seq, *, {binds}):\n"
         f"    if seq is None:\n"
         f"        if not ({ok}):\n            return False, None\n"
         f"        for ev in it:\n"
@@ -363,6 +374,8 @@ _EXACT: dict[type[mi.Type], type] = {
     mi.BoolType: bool,
     mi.NoneType: type(None),
 }
+# How the checks name them (None: a name of its own).
+_EXACT_NAMES: dict[type, str] = {str: "str", int: "int", bool: "bool", type(None): "_NONE"}
 _FLOAT_OR_INT = frozenset({float, int})  # a bool is no float: msgspec refuses `true`
 _NUMS = _FLOAT_OR_INT | {bool}  # what Any holds as numbers
 
@@ -400,8 +413,11 @@ def _test(t: mi.Type, v: str, ns: dict[str, Any], seen: frozenset[type[Any]]) ->
         test = f"({test}) and {v} in {name}"
         return f"{v} is None or {test}" if None in t.values else test
     if isinstance(t, mi.UnionType):
-        exact = [_EXACT.get(type(sub)) for sub in t.types if _plain(sub)]
-        if None not in exact and len(exact) == len(t.types):  # int | str: one lookup
+        found = [_EXACT.get(type(sub)) for sub in t.types if _plain(sub)]
+        exact = [k for k in found if k is not None]
+        if len(exact) == len(t.types):
+            if len(exact) <= 3:  # int | str: a comparison or two (a set lookup costs more)
+                return " or ".join(f"type({v}) is {_EXACT_NAMES[k]}" for k in exact)
             name = f"_union{len(ns)}"
             ns[name] = frozenset(exact)
             return f"type({v}) in {name}"
