@@ -7,6 +7,7 @@ trio and the sync tracer), in tests/writing/test_promises.py.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -183,3 +184,60 @@ async def test_the_pump_never_puts_the_loop_to_sleep_for_a_sink(
     c = t.counts
     assert c.emitted == 2_000 and c.written + c.dropped == 2_000, c
     assert (c.dropped > 0) is hold, c
+
+
+@pytest.mark.parametrize(
+    ("hold", "lent"),
+    [
+        # The sink's thread is behind without a turn of the GIL for longer than
+        # two switch intervals (here: held inside a write): the pump lends it
+        # the GIL (a short switch interval) instead of putting the loop to sleep.
+        (True, True),
+        # A sink that keeps up may or may not be lent it, briefly.
+        (False, None),
+    ],
+)
+async def test_a_sink_thread_without_a_turn_is_lent_the_gil_and_it_is_put_back(
+    hold: bool, lent: bool | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollout_trace._internals import LEND_INTERVAL
+
+    before = sys.getswitchinterval()
+    intervals: list[float] = []
+    real_set = sys.setswitchinterval
+
+    def setswitchinterval(value: float) -> None:
+        intervals.append(value)
+        real_set(value)
+
+    monkeypatch.setattr(sys, "setswitchinterval", setswitchinterval)
+    loop_sleeps: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is threading.main_thread():
+            loop_sleeps.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    release = threading.Event()
+    async with rt.tracer("memory://", batch_size=16) as t:
+        sink = memory(t)
+        real_write = sink.write
+
+        def held_write(data: bytes) -> None:
+            if hold and b'"attempt_dispatched"' in data:
+                release.wait(10)
+            real_write(data)
+
+        sink.write = held_write  # type: ignore[method-assign]
+        for i in range(2_000):
+            t.emit(dispatched(i))
+            if i % 16 == 15:
+                await anyio.sleep(0.0005)
+        release.set()
+    assert t.counts.written == 2_000
+    if lent is not None:
+        assert (LEND_INTERVAL in intervals) is lent, intervals
+    assert sys.getswitchinterval() == pytest.approx(before)  # put back
+    assert loop_sleeps == []

@@ -42,6 +42,9 @@ _INF = math.inf
 # The share of the close deadline spent draining; the rest is for trace_closed
 # and closing the sinks.
 DRAIN_SHARE = 0.8
+# A sink's thread with batches to write that has not had the GIL for this long
+# (two switch intervals) is starved by the thread that holds it.
+STARVED = 0.01
 T = TypeVar("T")
 
 
@@ -193,6 +196,15 @@ class Engine:
     def _notify(self) -> None:
         with self._progress:
             self._progress.notify_all()
+
+    def sink_starved(self) -> bool | None:
+        """Whether a live sink's thread has had batches to write, and no turn of
+        the GIL, for longer than ``STARVED``; None when no sink has any to write."""
+        now = time.monotonic()
+        behind = [r for r in self.runners if r.live and not r.direct and r.behind_since < _INF]
+        if not behind:
+            return None
+        return any(now - max(r.turn_at, r.behind_since) > STARVED for r in behind)
 
     def check_stalls(self) -> None:
         now = time.monotonic()

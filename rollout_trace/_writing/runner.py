@@ -27,7 +27,7 @@ from typing import Any
 
 from sinks import Sink
 
-from .._internals import first_caller
+from .._internals import first_caller, restore_gil
 from .hooks import keep_signals_off_this_thread
 
 __all__ = ["Batch", "FlushMark", "SinkRunner", "logger"]
@@ -112,6 +112,10 @@ class SinkRunner:
         self._done = 0  # events finished, written or not (the thread that writes only)
         self._marks: list[FlushMark] = []
         self.busy_since: float | None = None
+        # When its thread last had the GIL after waiting for it (after a call,
+        # or for a batch), and since when it has had batches to write.
+        self.turn_at = 0.0
+        self.behind_since = _INF
         self.stalled = False  # given up in a call that may never return
         self.open_error: BaseException | None = None
         self.opened = threading.Event()
@@ -151,6 +155,8 @@ class SinkRunner:
                 )
             self._lose(batch.n, batch.first_seq)
             return
+        if self.behind_since == _INF:
+            self.behind_since = time.monotonic()
         self._handed += batch.n
         self._calls.put((data, batch))
 
@@ -240,7 +246,11 @@ class SinkRunner:
         call: Any = None
         while True:
             if call is None:
+                if self._handed == self._done:
+                    # Caught up: the GIL lent to this thread (if it was) goes back.
+                    restore_gil()
                 call = get()
+                self.turn_at = time.monotonic()  # had the GIL again after waiting
             if call is _CLOSE or call is _DISCARD:
                 self._end(call is _DISCARD)
                 return
@@ -286,6 +296,8 @@ class SinkRunner:
                 self.first_lost = min(self.first_lost, *(batch.first_seq for batch in batches))
                 ok = False
         self._done += n
+        if self._handed == self._done:
+            self.behind_since = _INF
         if ok:
             for batch in batches:
                 batch.ack()
@@ -302,6 +314,7 @@ class SinkRunner:
             return False
         finally:
             self.busy_since = None
+            self.turn_at = time.monotonic()
         return True
 
     def _end(self, discard: bool) -> None:
