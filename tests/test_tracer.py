@@ -190,15 +190,24 @@ async def test_the_pump_never_puts_the_loop_to_sleep_for_a_sink(
     ("hold", "lent"),
     [
         # The sink's thread is behind without a turn of the GIL for longer than
-        # two switch intervals (here: held inside a write): the pump lends it
-        # the GIL (a short switch interval) instead of putting the loop to sleep.
-        (True, True),
+        # two switch intervals (here: held between two of its calls, where a
+        # thread waits for the GIL): the pump lends it the GIL (a short switch
+        # interval) instead of putting the loop to sleep.
+        ("between", True),
+        # Held inside a write (a slow sink, a pipe nobody reads): a thread back
+        # from a short call may be waiting for the GIL and is lent it, but a
+        # call that lasts is a sink blocked in the system: the interval is put
+        # back while it still hangs, not kept short for a sink that hangs.
+        ("write", None),
+        # Inside writes of 30 ms each: as far as the pump can tell, each may
+        # have returned and be waiting for the GIL, so it is lent.
+        ("short-write", True),
         # A sink that keeps up may or may not be lent it, briefly.
-        (False, None),
+        (None, None),
     ],
 )
 async def test_a_sink_thread_without_a_turn_is_lent_the_gil_and_it_is_put_back(
-    hold: bool, lent: bool | None, monkeypatch: pytest.MonkeyPatch
+    hold: str | None, lent: bool | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rollout_trace._internals import LEND_INTERVAL
 
@@ -224,19 +233,39 @@ async def test_a_sink_thread_without_a_turn_is_lent_the_gil_and_it_is_put_back(
     async with rt.tracer("memory://", batch_size=16) as t:
         sink = memory(t)
         real_write = sink.write
+        (runner,) = t._engine.runners
+        real_progress = runner._on_progress
+        wrote_events = threading.Event()
 
         def held_write(data: bytes) -> None:
-            if hold and b'"attempt_dispatched"' in data:
-                release.wait(10)
+            if b'"attempt_dispatched"' in data:
+                if hold == "write":
+                    release.wait(10)
+                elif hold == "short-write":
+                    release.wait(0.03)
+                wrote_events.set()
             real_write(data)
 
+        def held_progress() -> None:
+            # Called by the sink's thread after each write, outside the call.
+            if hold == "between" and wrote_events.is_set():
+                release.wait(10)
+            real_progress()
+
         sink.write = held_write  # type: ignore[method-assign]
+        runner._on_progress = held_progress  # type: ignore[method-assign]
         for i in range(2_000):
             t.emit(dispatched(i))
             if i % 16 == 15:
                 await anyio.sleep(0.0005)
+        if hold == "write":
+            assert wrote_events.wait(0) is False  # still inside its write
+            for i in range(2_000, 2_050):  # a busy pump, for LEND_IN_CALL and more
+                t.emit(dispatched(i))
+                await anyio.sleep(0.01)
+            assert sys.getswitchinterval() == pytest.approx(before)
         release.set()
-    assert t.counts.written == 2_000
+    assert t.counts.written == (2_050 if hold == "write" else 2_000)
     if lent is not None:
         assert (LEND_INTERVAL in intervals) is lent, intervals
     assert sys.getswitchinterval() == pytest.approx(before)  # put back

@@ -14,6 +14,7 @@ thread that calls ``process``; the event loop never does.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import os
@@ -45,6 +46,10 @@ DRAIN_SHARE = 0.8
 # A sink's thread with batches to write that has not had the GIL for this long
 # (two switch intervals) is starved by the thread that holds it.
 STARVED = 0.01
+# A thread inside a sink's call is blocked in the system (a slow or hung sink,
+# which wants no GIL) or back from it and waiting for the GIL: the two cannot be
+# told apart from here. A call this short is taken for the second.
+LEND_IN_CALL = 0.1
 T = TypeVar("T")
 
 
@@ -199,12 +204,23 @@ class Engine:
 
     def sink_starved(self) -> bool | None:
         """Whether a live sink's thread has had batches to write, and no turn of
-        the GIL, for longer than ``STARVED``; None when no sink has any to write."""
+        the GIL, for longer than ``STARVED``; None when no sink's thread may be
+        waiting for the GIL: none has batches to write, or each is in a call
+        that has lasted ``LEND_IN_CALL`` (a slow or hung sink, blocked in the
+        system), so that such a sink does not keep the interval short."""
         now = time.monotonic()
-        behind = [r for r in self.runners if r.live and not r.direct and r.behind_since < _INF]
-        if not behind:
-            return None
-        return any(now - max(r.turn_at, r.behind_since) > STARVED for r in behind)
+        waiting = starved = False
+        for r in self.runners:
+            if not r.live or r.direct or r.behind_since == _INF:
+                continue
+            busy_since = r.busy_since
+            if busy_since is None:
+                waiting = True
+                starved = starved or now - max(r.turn_at, r.behind_since) > STARVED
+            elif now - busy_since < LEND_IN_CALL:
+                waiting = True
+                starved = starved or now - busy_since > STARVED
+        return starved if waiting else None
 
     def check_stalls(self) -> None:
         now = time.monotonic()
@@ -220,11 +236,28 @@ class Engine:
         """The thread that writes to a direct sink is inside a call given up as hung."""
         return any(r.direct and r.stalled for r in self.runners)
 
-    def give_up_direct(self, reason: str) -> None:
-        """Give up a direct sink that is inside a call (the writer thread is in it)."""
-        for runner in self.runners:
-            if runner.direct and runner.busy_since is not None:
-                runner.fail(reason)
+    def give_up(self, next_seq: int, reason: str) -> None:
+        """The close's deadline passed before the writer thread got to the close:
+        fix the counts (``finalize``) and stop every sink at one instant.
+
+        No write starts, and none is counted, after it: what the writer thread
+        still holds is lost, and it does not write past the deadline. A call
+        under way then (a direct sink's, or a sink thread's) may still finish;
+        its events count as dropped. If the writer thread's own close has
+        fixed the counts already, it has dealt with the sinks.
+        """
+        stopped: list[tuple[SinkRunner, list[FlushMark]]] = []
+        with contextlib.ExitStack() as held:
+            for runner in self.runners:
+                held.enter_context(runner.lock)
+            if self.final is None:
+                for runner in self.runners:
+                    marks = runner.stop_held(reason)
+                    if marks is not None:
+                        stopped.append((runner, marks))
+                self.finalize(next_seq)
+        for runner, marks in stopped:
+            runner.report_stop(reason, marks)
 
     # --- steps: open, flush, close ----------------------------------------------
 

@@ -82,6 +82,10 @@ _DISCARD = object()
 # for a hundred milliseconds while the program keeps its event loop busy: when
 # it gets one, it catches up in a few calls. Joining (a copy) is paid only then.
 _GATHER = 1 << 23
+# A direct sink's writes (see SinkRunner._write_pieces): the writer thread
+# drains the whole queue at once, which can be a buffer's worth of events
+# (tens of MiB) after a slow write.
+_PIECE = 1 << 20
 
 
 class SinkRunner:
@@ -102,7 +106,9 @@ class SinkRunner:
         self.direct = direct  # written and flushed by the caller of submit() and mark()
         self._on_progress = on_progress
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        # Held to change ``live`` and to count a write: a run given up at its
+        # close deadline stops its sinks and fixes its counts under it.
+        self.lock = threading.Lock()
         self.live = False
         self.error: str | None = None
         self.written = 0  # events this sink acknowledged
@@ -142,7 +148,10 @@ class SinkRunner:
             return
         if self.direct:
             self._handed += batch.n
-            self._write(data, [batch])
+            if len(data) <= _PIECE:
+                self._write(data, [batch])
+            else:
+                self._write_pieces(data, batch)
             return
         if self._handed - self._done + batch.n > self.cap and self._handed != self._done:
             if not self._warned_behind:
@@ -168,7 +177,7 @@ class SinkRunner:
             mark.sink_done(self._call(self.sink.flush, "flush"))
             self._on_progress()
             return
-        with self._lock:
+        with self.lock:
             self._marks.append(mark)
         self._calls.put(mark)
 
@@ -196,15 +205,26 @@ class SinkRunner:
 
     def fail(self, reason: str) -> None:
         """Stop using the sink; what it had queued counts as lost by it."""
-        with self._lock:
-            if not self.live:
-                return
-            self.live = False
-            self.error = reason
-            if self._handed != self._done:
-                # What it held is lost to it; its seqs are not known here.
-                self.first_lost = min(self.first_lost, 0)
-            marks, self._marks = self._marks, []
+        with self.lock:
+            marks = self.stop_held(reason)
+        if marks is not None:
+            self.report_stop(reason, marks)
+
+    def stop_held(self, reason: str) -> list[FlushMark] | None:
+        """``fail()``'s part under ``lock`` (held by the caller): no write starts
+        or is counted after it. The marks to report, or ``None`` if already stopped."""
+        if not self.live:
+            return None
+        self.live = False
+        self.error = reason
+        if self._handed != self._done:
+            # What it held is lost to it; its seqs are not known here.
+            self.first_lost = min(self.first_lost, 0)
+        marks, self._marks = self._marks, []
+        return marks
+
+    def report_stop(self, reason: str, marks: list[FlushMark]) -> None:
+        """``fail()``'s part after the lock: say so, and end the flushes waiting on it."""
         logger.warning(
             "rollout_trace: sink %s is stopped (the other sinks go on): %s", self.uri, reason
         )
@@ -213,7 +233,7 @@ class SinkRunner:
         self._on_progress()
 
     def _lose(self, n: int, first_seq: float) -> None:
-        with self._lock:
+        with self.lock:
             self.lost += n
             self.first_lost = min(self.first_lost, first_seq)
 
@@ -255,7 +275,7 @@ class SinkRunner:
                 self._end(call is _DISCARD)
                 return
             if isinstance(call, FlushMark):
-                with self._lock:
+                with self.lock:
                     ours = call in self._marks
                     if ours:
                         self._marks.remove(call)
@@ -285,12 +305,33 @@ class SinkRunner:
                 call = None
             self._write(datas[0] if len(datas) == 1 else b"".join(datas), batches)
 
+    def _write_pieces(self, data: bytes, batch: Batch) -> None:
+        """A direct batch larger than ``_PIECE`` goes in writes of at most that
+        many bytes of whole lines: a slow sink then finishes each call well
+        within ``close_timeout`` (it is not taken for a hung one), and a close
+        that gives the run up at its deadline stops it between two of them."""
+        end_all, start, left = len(data), 0, batch.n
+        while start < end_all:
+            end = data.rfind(b"\n", start, start + _PIECE) + 1
+            if end <= start:  # one line longer than a piece: it goes whole
+                end = data.find(b"\n", start + _PIECE) + 1 or end_all
+            n = left if end >= end_all else data.count(b"\n", start, end)
+            left -= n
+            # A piece's events have seqs from the batch's first on: it is
+            # only ever compared with a later flush's boundary.
+            self._write(data[start:end], [Batch(n, batch.first_seq, batch.on_first_ack)])
+            start = end
+
     def _write(self, data: bytes, batches: list[Batch]) -> None:
         ok = self.live and self._call(self.sink.write, "write", data)
         n = sum(batch.n for batch in batches)
-        with self._lock:
+        with self.lock:
             if ok and self.live:
                 self.written += n
+                # Under the lock, with the sink's own count: a run given up
+                # at its deadline fixes both at one instant.
+                for batch in batches:
+                    batch.ack()
             else:
                 self.lost += n
                 self.first_lost = min(self.first_lost, *(batch.first_seq for batch in batches))
@@ -298,15 +339,13 @@ class SinkRunner:
         self._done += n
         if self._handed == self._done:
             self.behind_since = _INF
-        if ok:
-            for batch in batches:
-                batch.ack()
         self._on_progress()
 
     def _call(self, method: Callable[..., None], action: str, *args: Any) -> bool:
-        if not self.live:
-            return False
-        self.busy_since = time.monotonic()
+        with self.lock:  # a sink stopped (given up) starts no call after it
+            if not self.live:
+                return False
+            self.busy_since = time.monotonic()
         try:
             method(*args)
         except BaseException as exc:  # CancelledError or SystemExit from a plugin too

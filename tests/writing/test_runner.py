@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from rollout_trace._writing.runner import _GATHER, Batch, SinkRunner
+from rollout_trace._writing.runner import _GATHER, _PIECE, Batch, SinkRunner
 from sinks import Sink
 
 
@@ -113,3 +113,74 @@ def test_what_a_sink_joins_is_bounded() -> None:
     assert runner.ended.wait(10)
     assert [len(w) for w in sink.writes] == [len(_line(1)), 3 * size, size]
     assert runner.written == 5
+
+
+def _direct(sink: HeldSink) -> tuple[SinkRunner, list[int]]:
+    """A direct runner (written by the caller of submit) on an opened ``sink``."""
+    acks: list[int] = []
+    runner = SinkRunner("held://", sink, 1_000_000, lambda: None, direct=True)
+    runner.start()
+    assert runner.opened.wait(10)
+    return runner, acks
+
+
+SMALL = b"s" * 99 + b"\n"  # a line of 100 bytes
+BIG = b"b" * (_PIECE * 3 // 2) + b"\n"  # a line longer than a piece
+
+
+@pytest.mark.parametrize(
+    ("lines", "writes"),
+    [
+        # Within the bound: one write, as the batch came.
+        ([SMALL] * 10, [[SMALL] * 10]),
+        # A batch of two and a half pieces: three writes of whole lines, none
+        # longer than a piece (a slow sink finishes each well within
+        # close_timeout, and a run given up stops between two of them).
+        (
+            [SMALL] * (_PIECE * 5 // 200),
+            [[SMALL] * (_PIECE // 100)] * 2 + [[SMALL] * (_PIECE * 5 // 200 - 2 * (_PIECE // 100))],
+        ),
+        # A line longer than a piece goes whole, in a write of its own.
+        (
+            [SMALL] * 10 + [BIG] + [SMALL] * 10,
+            [[SMALL] * 10, [BIG], [SMALL] * 10],
+        ),
+    ],
+    ids=["small", "pieces", "long-line"],
+)
+def test_a_direct_runner_writes_a_large_batch_in_pieces_of_whole_lines(
+    lines: list[bytes], writes: list[list[bytes]]
+) -> None:
+    sink = HeldSink()
+    sink.release.set()
+    runner, acks = _direct(sink)
+    runner.submit(b"".join(lines), Batch(len(lines), 1, acks.append))
+    assert [w.splitlines(keepends=True) for w in sink.writes] == writes
+    assert all(len(w) <= _PIECE for w in sink.writes if BIG not in w)
+    # Counted as written once each, piece by piece.
+    assert sum(acks) == runner.written == len(lines) and runner.idle
+    runner.close()
+    assert runner.ended.wait(10)
+
+
+def test_a_direct_runner_stopped_inside_a_piece_writes_no_more() -> None:
+    # A close that gives the run up at its deadline stops the sink while the
+    # writer thread is inside a write: the pieces after it are never written,
+    # and the one it was in counts as lost, though it may have reached the sink.
+    sink = HeldSink()
+    runner, acks = _direct(sink)
+    n = _PIECE * 3 // 100
+    writer = threading.Thread(
+        target=runner.submit, args=(SMALL * n, Batch(n, 1, acks.append)), daemon=True
+    )
+    writer.start()
+    assert sink.inside.wait(10)
+    runner.fail("did not write what it held before the close deadline")
+    sink.release.set()
+    writer.join(10)
+    assert not writer.is_alive()
+    assert len(sink.writes) == 1  # the piece it was in; none after
+    assert (acks, runner.written, runner.lost) == ([], 0, n)
+    assert runner.idle
+    runner.close()
+    assert runner.ended.wait(10)
