@@ -20,12 +20,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import itertools
 import math
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from itertools import repeat, starmap
 from operator import itemgetter
@@ -50,78 +48,9 @@ from .emitting import frozen_event, not_an_event
 from .engine import Engine, State, drive_blocking, logger
 from .facade import TracerFacade
 from .runner import FlushMark
+from .writer_run import CloseMark, QueueMark, WriterRun
 
 __all__ = ["SyncTracer", "sync_tracer"]
-
-
-class _QueueMark:
-    """Travels through the event queue. ``reached`` is set when the writer
-    gets to it, or when the writer ends first (then ``mark`` stays ``None``);
-    ``boundary`` is then the seq the next event would get."""
-
-    __slots__ = ("boundary", "deadline", "mark", "reached")
-
-    def __init__(self, deadline: float = math.inf) -> None:
-        self.boundary = 0
-        self.deadline = deadline
-        self.mark: FlushMark | None = None
-        self.reached = threading.Event()
-
-
-class _CloseMark(_QueueMark):
-    __slots__ = ()
-
-
-class _Run:
-    """One run: its engine, queue and numbering, and its writer thread.
-
-    The writer thread is handed its run when it starts and touches nothing
-    else of the tracer's: a close that gives a run up at its deadline leaves
-    the thread behind (inside a hung or slow call), and the tracer may open
-    again meanwhile. When the call returns, the thread ends this run, and only
-    this one: it writes nothing more, closes the sink and ends.
-    """
-
-    __slots__ = (
-        "abandoned",
-        "drops",
-        "drops_folded",
-        "engine",
-        "marks",
-        "next_seq",
-        "open_error",
-        "opened",
-        "queue",
-        "thread",
-        "urgent",
-        "wake_flag",
-        "writer_done",
-    )
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.queue: deque[Event | _QueueMark] = deque()
-        # Marks queued and not yet handled by the writer (looked for among
-        # the items it drains); each is released (``reached``) by then.
-        self.marks: list[_QueueMark] = []
-        self.drops = itertools.count()  # emits dropped at a full buffer (emitting threads)
-        self.drops_folded = 0  # ... of which the writer has given seqs
-        self.next_seq = 1  # the writer's
-        self.wake_flag = threading.Event()
-        self.urgent = False
-        self.opened = threading.Event()
-        self.writer_done = False  # the writer thread has handled its last mark
-        self.open_error: BaseException | None = None
-        # The close gave the run up at its deadline: its counts are fixed, its
-        # sinks stopped; the writer thread only ends it.
-        self.abandoned = False
-        self.thread: threading.Thread | None = None
-
-    def emitted_so_far(self) -> int:
-        # Read from any thread: the writer's numbers, the drops it has not
-        # numbered yet, and what waits in the queue (marks aside, rarely there).
-        unfolded = peek_count(self.drops) - self.drops_folded
-        return self.next_seq - 1 + unfolded + max(0, len(self.queue) - len(self.marks))
 
 
 class SyncTracer(TracerFacade):
@@ -135,7 +64,7 @@ class SyncTracer(TracerFacade):
     emit: Callable[[Event], None]
     run_id: str | None
     # The open (or last) run, set in _start(); _engine is its engine.
-    _run: _Run
+    _run: WriterRun
     _engine: Engine
     _pid: int
     _set_limit: Callable[[int], None]
@@ -158,7 +87,7 @@ class SyncTracer(TracerFacade):
     def counts(self) -> TraceCounts:
         """This run's counts so far, as ``trace_closed`` gives them (zeros before the open)."""
         outside = self._report.outside_run
-        run: _Run | None = getattr(self, "_run", None)
+        run: WriterRun | None = getattr(self, "_run", None)
         if self._state is State.NEW or run is None or run.open_error:
             return TraceCounts(outside_run=outside)
         return run.engine.counts(run.emitted_so_far(), outside)
@@ -253,7 +182,7 @@ class SyncTracer(TracerFacade):
 
         return emit, set_limit
 
-    def _on_full(self, run: _Run) -> None:
+    def _on_full(self, run: WriterRun) -> None:
         if run is self._run and self._state is State.OPEN:
             # Dropped; the writer gives it a seq of the run, never written,
             # so trace_closed counts it.
@@ -287,7 +216,7 @@ class SyncTracer(TracerFacade):
             return True
         return False
 
-    def _wake(self, run: _Run, urgent: bool = False) -> None:
+    def _wake(self, run: WriterRun, urgent: bool = False) -> None:
         if urgent:
             run.urgent = True
         if run.wake_flag.is_set() or self._forked():
@@ -298,7 +227,7 @@ class SyncTracer(TracerFacade):
 
     def _start(self, *, wait: bool) -> None:
         engine = Engine(self._config, direct=True)
-        run = _Run(engine)
+        run = WriterRun(engine)
         self._run = run
         self._engine = engine
         self._pid = engine.pid
@@ -324,7 +253,7 @@ class SyncTracer(TracerFacade):
             return
         hooks.track(self)
 
-    def _fail_open(self, run: _Run, exc: BaseException) -> None:
+    def _fail_open(self, run: WriterRun, exc: BaseException) -> None:
         """The run never opened: emit counts quietly, flush and close return at once."""
         with self._lock:
             if run.open_error is not None:
@@ -355,7 +284,7 @@ class SyncTracer(TracerFacade):
         if self._forked() or self._state is not State.OPEN:
             return self._settled()
         end = math.inf if timeout is None else time.monotonic() + timeout
-        mark = _QueueMark()
+        mark = QueueMark()
         run = self._run
         self._enqueue(run, mark)
         engine = run.engine
@@ -375,7 +304,7 @@ class SyncTracer(TracerFacade):
         if mark is not None:
             self.finish_close(mark)
 
-    def begin_close(self, timeout: float | None) -> _CloseMark | None:
+    def begin_close(self, timeout: float | None) -> CloseMark | None:
         if not self._config.enabled:
             return None
         with self._lock:
@@ -391,11 +320,11 @@ class SyncTracer(TracerFacade):
             self._state = State.CLOSING
             self._set_limit(0)
             limit = self._config.close_timeout if timeout is None else timeout
-            mark = _CloseMark(time.monotonic() + limit)
+            mark = CloseMark(time.monotonic() + limit)
             self._enqueue(self._run, mark)
             return mark
 
-    def finish_close(self, mark: _CloseMark) -> None:
+    def finish_close(self, mark: CloseMark) -> None:
         run = self._run
         engine = run.engine
         if not engine.wait_event(mark.reached, mark.deadline):
@@ -425,7 +354,7 @@ class SyncTracer(TracerFacade):
 
     close_blocking = close
 
-    def _enqueue(self, run: _Run, mark: _QueueMark) -> None:
+    def _enqueue(self, run: WriterRun, mark: QueueMark) -> None:
         with self._lock:
             run.marks.append(mark)
             done = run.writer_done
@@ -435,7 +364,9 @@ class SyncTracer(TracerFacade):
         if done or (thread is not None and not thread.is_alive() and thread.ident is not None):
             self._release_marks(run, forget=True)
 
-    def _release_marks(self, run: _Run, *, forget: bool = False, writer_done: bool = False) -> None:
+    def _release_marks(
+        self, run: WriterRun, *, forget: bool = False, writer_done: bool = False
+    ) -> None:
         """Release (``reached``) every mark queued in ``run``; ``forget`` them too
         when no writer thread will look for them (it has ended, or the queue is gone)."""
         with self._lock:
@@ -467,14 +398,14 @@ class SyncTracer(TracerFacade):
     # tracer's current one: a close may give this run up and the tracer open
     # another while this thread is still inside a sink's call.
 
-    def _writer(self, run: _Run, waited: bool) -> None:
+    def _writer(self, run: WriterRun, waited: bool) -> None:
         hooks.keep_signals_off_this_thread()
         try:
             self._open_and_serve(run, waited)
         finally:
             self._release_marks(run, writer_done=True)
 
-    def _open_and_serve(self, run: _Run, waited: bool) -> None:
+    def _open_and_serve(self, run: WriterRun, waited: bool) -> None:
         engine = run.engine
         try:
             drive_blocking(engine, engine.opening(self._specs, announce=False))
@@ -506,7 +437,7 @@ class SyncTracer(TracerFacade):
                 "rollout_trace: the writer thread of run %s failed: %r", engine.run_id, exc
             )
 
-    def _serve(self, run: _Run) -> _CloseMark:
+    def _serve(self, run: WriterRun) -> CloseMark:
         """Write batches as they start, fill or wait ``flush_interval``, up to the close mark."""
         interval = self._config.flush_interval
         batch_size = self._config.batch_size
@@ -527,7 +458,7 @@ class SyncTracer(TracerFacade):
                 return close
 
     @staticmethod
-    def _fold_drops(run: _Run, dropped: int) -> None:
+    def _fold_drops(run: WriterRun, dropped: int) -> None:
         """Number ``dropped`` drops here, in the order of the run."""
         if dropped:
             run.drops_folded += dropped
@@ -535,13 +466,13 @@ class SyncTracer(TracerFacade):
             run.next_seq += dropped
 
     @staticmethod
-    def _write(run: _Run, events: list[Event]) -> None:
+    def _write(run: WriterRun, events: list[Event]) -> None:
         seq = run.next_seq
         run.next_seq = seq + len(events)
         if not run.abandoned:  # given up: its counts are fixed, nothing more is written
             run.engine.process(events, seq)
 
-    def _drain(self, run: _Run) -> _CloseMark | None:
+    def _drain(self, run: WriterRun) -> CloseMark | None:
         """Write everything queued; handle marks in order. Returns the close mark."""
         queue = run.queue
         pop = queue.popleft
@@ -562,12 +493,12 @@ class SyncTracer(TracerFacade):
             for i, item in marks:
                 self._write(run, items[start:i])
                 start = i + 1
-                if i > last_event or isinstance(item, _CloseMark):
+                if i > last_event or isinstance(item, CloseMark):
                     # (Every drop counted before the close is the run's.)
                     self._fold_drops(run, dropped)
                     dropped = 0
                 item.boundary = run.next_seq
-                if isinstance(item, _CloseMark):
+                if isinstance(item, CloseMark):
                     self._late(run, items[start:])
                     return item
                 if not run.abandoned:
@@ -584,7 +515,7 @@ class SyncTracer(TracerFacade):
         self._fold_drops(run, peek_count(run.drops) - run.drops_folded)
         return None
 
-    def _marks_in(self, run: _Run, items: list[Any]) -> list[tuple[int, _QueueMark]]:
+    def _marks_in(self, run: WriterRun, items: list[Any]) -> list[tuple[int, QueueMark]]:
         """Where the flush and close marks are among ``items``, in their order.
 
         Every mark is registered before it is queued, so only those can be
@@ -606,16 +537,16 @@ class SyncTracer(TracerFacade):
         found.sort(key=itemgetter(0))
         return found
 
-    def _late(self, run: _Run, items: list[Any]) -> None:
+    def _late(self, run: WriterRun, items: list[Any]) -> None:
         """What was queued behind the close mark belongs to no run."""
         items += list(starmap(run.queue.popleft, repeat((), len(run.queue))))
         if not run.abandoned:  # (given up: the run's emitted counted them already)
             self._report.add_outside(sum(1 for item in items if isinstance(item, Event)))
         for item in items:
-            if isinstance(item, _QueueMark):
+            if isinstance(item, QueueMark):
                 item.reached.set()
 
-    def _close_run(self, run: _Run, mark: _CloseMark) -> None:
+    def _close_run(self, run: WriterRun, mark: CloseMark) -> None:
         engine = run.engine
         if run.abandoned:
             # The close gave the run up at its deadline (its counts are fixed,
