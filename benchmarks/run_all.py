@@ -1,27 +1,35 @@
 """Run every benchmark, interleaved and repeated, and report medians, ratios and targets.
 
 One round runs every measurement once, each in a fresh interpreter (see
-``emit_overhead.py``, ``throughput.py`` and ``peers.py`` for what each one
-times); rounds repeat ``--repeat`` times (default 5), and each round starts one
-place further along the list, so rollout_trace and its peers alternate
-(A B A B ...) and no measurement always follows the same neighbour. The
-machine's drift during the run then falls on every measurement alike.
+``emit_overhead.py``, ``throughput.py``, ``floors.py`` and ``peers.py`` for
+what each one times); rounds repeat ``--repeat`` times (default 5), and each
+round starts one place further along the list, so rollout_trace, its floors
+and its peers alternate and no measurement always follows the same
+neighbour. The machine's drift during the run then falls on every
+measurement alike.
+
+The floors (``floors.py``) are the least any tracer can do to get the same
+lines into a file: stamp the envelope, queue, one writer, ``encode_lines``,
+one write. rollout_trace's targets are ratios to them, measured in the same
+run, since absolute times move with the machine and its load.
 
 Reported: the median over rounds of each figure; the ratios of rollout_trace
-to each peer at the caller (peer ns / rollout_trace ns, wall time) and end to
-end (rollout_trace events/s / peer events/s), from those medians; PASS or FAIL
-for each target with its number. Caller targets are checked on both wall and
-CPU time: wall includes the VM's stolen time and the GIL held by a writer
-thread, CPU time does not. The exit code is 0 whatever the outcome: this is a
-report, not a test.
+to its floors and to each peer at the caller (wall time) and end to end,
+and of the writer's CPU time per event (everything but the emitting code:
+a regression of the writer shows there first); PASS or FAIL for each target
+with its number. Caller targets are checked on both wall and CPU time: wall
+includes the VM's stolen time and the GIL held by a writer thread, CPU time
+does not. The exit code is 0 whatever the outcome: this is a report, not a
+test.
 
-rollout_trace runs ``--events`` events (default 200,000: three times its
-buffer, so the writer has to keep up); the peers run ``--peer-events``
-(default 50,000: the slowest of them take several seconds for that). Rates and
-per-event costs are compared; a shorter run only weighs start-up and shutdown
-more, which is to the peers' disadvantage only where they are fast.
+rollout_trace and its floors run ``--events`` events (default 200,000: three
+times the default buffer, so the writer has to keep up); the peers run
+``--peer-events`` (default 50,000: the slowest of them take several seconds
+for that). Rates and per-event costs are compared; a shorter run only weighs
+start-up and shutdown more, which is to the peers' disadvantage only where
+they are fast.
 
-    python benchmarks/run_all.py                     # about 5 minutes
+    python benchmarks/run_all.py                     # about 6 minutes
     python benchmarks/run_all.py --quick             # a smoke run
     python benchmarks/run_all.py --repeat 9 --out results.json
 """
@@ -39,12 +47,16 @@ from _bench import fmt, machine, machine_line, median_of, run_child, table
 # (label, script, mode, kind): kind "rt" runs --events, "peer" --peer-events.
 JOBS = [
     ("rt sync", "throughput.py", "sync", "rt"),
+    ("floor sync", "floors.py", "sync", "rt"),
     ("structlog", "peers.py", "structlog", "peer"),
     ("rt async", "throughput.py", "async", "rt"),
+    ("floor async", "floors.py", "async", "rt"),
     ("stdlib QueueHandler", "peers.py", "stdlib", "peer"),
     ("rt sync 8 threads", "throughput.py", "sync8", "rt"),
+    ("floor sync 8 threads", "floors.py", "sync8", "rt"),
     ("loguru enqueue", "peers.py", "loguru", "peer"),
     ("rt disabled: emit call", "emit_overhead.py", "disabled_call", "rt"),
+    ("floor sync, envelope passed to the constructor", "floors.py", "sync_ctor", "rt"),
     ("OTel span", "peers.py", "otel_span", "peer"),
     ("rt disabled: build + emit", "emit_overhead.py", "disabled_build", "rt"),
     ("OTel logs", "peers.py", "otel_log", "peer"),
@@ -52,8 +64,28 @@ JOBS = [
     ("baseline: bare msgspec Struct + time()", "emit_overhead.py", "bare_struct", "rt"),
 ]
 RT_MAIN = ("rt sync", "rt async")
+# Each tracer and the floor it is held to.
+FLOORS = {
+    "rt sync": "floor sync",
+    "rt async": "floor async",
+    "rt sync 8 threads": "floor sync 8 threads",
+}
 PEERS = ("structlog", "stdlib QueueHandler", "loguru enqueue", "OTel span", "OTel logs")
-KEYS = ("caller_wall_ns", "caller_cpu_ns", "loop_wall_ns", "e2e_eps", "lines", "dropped")
+KEYS = (
+    "caller_wall_ns",
+    "caller_cpu_ns",
+    "loop_wall_ns",
+    "writer_cpu_ns",
+    "e2e_eps",
+    "written_eps",
+    "emit_write_eps",
+    "lines",
+    "dropped",
+)
+# Targets against the floors: rollout_trace's caller at most this many times
+# the floor's, and its events reaching the file at least this share of them.
+CALLER_LIMIT = 1.2
+E2E_SHARE = 0.85
 
 
 def main() -> None:
@@ -76,6 +108,7 @@ def main() -> None:
         for label, script, mode, kind in JOBS[shift:] + JOBS[:shift]:
             events = args.events if kind == "rt" else args.peer_events
             result = run_child(script, mode, events)
+            _add_rates(result, events)
             runs[label].append(result)
             note = result.get("error", "")[-300:] or result.get("check", "")
             print(f"round {rnd + 1}/{args.repeat} {label}: done {note}", file=sys.stderr)
@@ -86,6 +119,9 @@ def main() -> None:
     }
     for label, rs in runs.items():
         med[label]["events"] = rs[0].get("events") if rs else None
+        # Drops are held to zero in every round, not in the median one.
+        drops = [r["dropped"] for r in rs if isinstance(r.get("dropped"), int)]
+        med[label]["max_dropped"] = max(drops) if len(drops) == len(rs) and drops else None
         med[label]["checks"] = sorted({r.get("check", r.get("error", "?"))[:80] for r in rs})
 
     report = [f"machine: {machine_line(m)}"]
@@ -94,13 +130,20 @@ def main() -> None:
         f"peers {args.peer_events:,}; {elapsed:.0f} s in all.\n"
     )
     report.append(_main_table(med))
+    floors = _floor_ratios(med)
+    report.append(
+        "\nAgainst the floors (from the medians; rt / floor: caller wall and CPU ns, "
+        "writer CPU ns, events/s end to end, events written per second end to end and "
+        "while the program emitted):\n"
+    )
+    report.append(_floor_table(floors))
     ratios = _ratios(med)
     report.append(
-        "\nRatios (from the medians; caller: peer wall ns / rt wall ns; "
+        "\nAgainst the peers (from the medians; caller: peer wall ns / rt wall ns; "
         "end to end: rt events/s / peer events/s):\n"
     )
     report.append(_ratio_table(ratios))
-    targets = _targets(med, ratios)
+    targets = _floor_targets(med, floors) + _targets(med, ratios)
     report.append("\nTargets:\n")
     report += [f"- {verdict} {text}" for verdict, text in targets]
     print("\n".join(report))
@@ -111,6 +154,7 @@ def main() -> None:
                 "machine": m,
                 "args": vars(args),
                 "medians": med,
+                "floor_ratios": floors,
                 "ratios": ratios,
                 "targets": [{"verdict": v, "target": t} for v, t in targets],
                 "runs": runs,
@@ -135,6 +179,7 @@ def _main_table(med: dict[str, dict[str, Any]]) -> str:
                 fmt(r["caller_wall_ns"]),
                 fmt(r["caller_cpu_ns"]),
                 fmt(r["loop_wall_ns"]),
+                fmt(r["writer_cpu_ns"]),
                 fmt(r["e2e_eps"]),
                 f"{fmt(lines)} / {fmt(expected)}" if lines is not None else "-",
                 fmt(r["dropped"]),
@@ -146,6 +191,7 @@ def _main_table(med: dict[str, dict[str, Any]]) -> str:
         "caller wall ns/ev",
         "caller CPU ns/ev",
         "async loop wall ns/ev",
+        "writer CPU ns/ev",
         "events/s end to end",
         "lines / expected",
         "dropped",
@@ -155,7 +201,104 @@ def _main_table(med: dict[str, dict[str, Any]]) -> str:
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
+    return a / b if a is not None and b else None
+
+
+def _add_rates(result: dict[str, Any], events: int) -> None:
+    """Events that reached the file per second: end to end less the drops, and
+    while the program emitted (``written_in_emit`` over the emitting time)."""
+    eps, dropped = result.get("e2e_eps"), result.get("dropped")
+    if isinstance(eps, (int, float)) and isinstance(dropped, int):
+        result["written_eps"] = eps * (events - dropped) / events
+    in_emit, wall = result.get("written_in_emit"), result.get("caller_wall_ns")
+    if isinstance(in_emit, int) and isinstance(wall, (int, float)) and wall > 0:
+        result["emit_write_eps"] = in_emit / (wall * events / 1e9)
+
+
+def _floor_ratios(med: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for label, floor in FLOORS.items():
+        r, f = med[label], med[floor]
+        out[label] = {
+            "floor": floor,
+            "caller_wall": _ratio(r["caller_wall_ns"], f["caller_wall_ns"]),
+            "caller_cpu": _ratio(r["caller_cpu_ns"], f["caller_cpu_ns"]),
+            "writer_cpu": _ratio(r["writer_cpu_ns"], f["writer_cpu_ns"]),
+            "e2e": _ratio(r["e2e_eps"], f["e2e_eps"]),
+            "written": _ratio(r["written_eps"], f["written_eps"]),
+            "written_in_emit": _ratio(r["emit_write_eps"], f["emit_write_eps"]),
+        }
+    return out
+
+
+def _floor_table(floors: dict[str, dict[str, Any]]) -> str:
+    keys = ("caller_wall", "caller_cpu", "writer_cpu", "e2e", "written", "written_in_emit")
+    rows = [
+        [f"{label} / {r['floor']}"] + [fmt(r[k], 2) + "x" for k in keys]
+        for label, r in floors.items()
+    ]
+    header = [
+        "pair",
+        "caller (wall)",
+        "caller (CPU)",
+        "writer CPU",
+        "end to end",
+        "written/s",
+        "written/s while emitting",
+    ]
+    return table(header, rows)
+
+
+def _floor_targets(
+    med: dict[str, dict[str, Any]], floors: dict[str, dict[str, Any]]
+) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+
+    def check(ok: bool, text: str) -> None:
+        out.append(("PASS" if ok else "FAIL", text))
+
+    for label in RT_MAIN:
+        r, f = floors[label], floors[label]["floor"]
+        for key, what in (("caller_wall", "wall"), ("caller_cpu", "CPU")):
+            value = r[key]
+            check(
+                value is not None and value <= CALLER_LIMIT,
+                f"{label} caller ({what}) <= {CALLER_LIMIT}x {f}: {fmt(value, 2)}x",
+            )
+        value = r["e2e"]
+        check(
+            value is not None and value >= E2E_SHARE,
+            f"{label} events/s end to end >= {E2E_SHARE}x {f}: {fmt(value, 2)}x",
+        )
+        dropped = med[label]["max_dropped"]
+        check(
+            dropped == 0,
+            f"{label} drops nothing at default settings, in any round: {fmt(dropped)} dropped",
+        )
+    # Eight threads outrun any writer that shares their GIL with them: the
+    # floor's unbounded queue grows instead (what it writes while they emit is
+    # what it can write), rollout_trace's buffer fills and drops the rest.
+    # Drops are allowed where rollout_trace wrote, while the threads emitted,
+    # at least that share of what the floor wrote per second meanwhile.
+    label = "rt sync 8 threads"
+    r, dropped = floors[label], med[label]["dropped"]
+    rate = r["written_in_emit"]
+    check(
+        dropped == 0 or (rate is not None and rate >= E2E_SHARE),
+        f"{label} drops only past what {r['floor']} writes: {fmt(dropped)} dropped; "
+        f"events written per second while the threads emitted {fmt(rate, 2)}x the "
+        f"floor's (>= {E2E_SHARE}x)",
+    )
+    for label, r in floors.items():
+        out.append(
+            (
+                "INFO",
+                f"{label} writer CPU per event: {fmt(med[label]['writer_cpu_ns'])} ns, "
+                f"{fmt(r['writer_cpu'], 2)}x {r['floor']}'s "
+                f"({fmt(med[r['floor']]['writer_cpu_ns'])} ns)",
+            )
+        )
+    return out
 
 
 def _ratios(med: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
