@@ -1,18 +1,32 @@
-"""How fast ``rollout-trace cost`` reads a large trace set, and how much memory it needs.
+"""How fast ``rollout-trace cost`` reads a large trace set, against msgspec alone, and its memory.
 
 Generates a trace set of ``--lines`` lines (2,000,000 by default) in a temporary
 folder: several controller runs, one file each, every run after the first
 starting with a restore from the snapshot its predecessor published last, with
 attempts resumed, restarted and redone, as an RL controller would write it.
-Then runs ``python -m rollout_trace cost`` over it in a subprocess ``--repeat``
-times and reports the median wall time, lines per second (lines of the trace
-set divided by the whole command's wall time, start-up included) and the peak
-resident memory of the subprocess (``ru_maxrss`` of the waited-for child).
+Then runs, ``--repeat`` rounds, interleaved (each round starts one mode later,
+so that the machine's drift falls on every mode alike), each in a subprocess:
 
-Prints a Markdown table and writes the numbers as JSON to ``--json``.
+- the bare loop: ``msgspec.json.Decoder().decode`` of every line of the same
+  files, one by one, in one process: the baseline;
+- ``python -m rollout_trace cost --jobs 1``: read in one process;
+- ``python -m rollout_trace cost --jobs N`` (``--jobs``, default the usable
+  cores): read in N worker processes.
+
+Reported per mode: the median wall time (start-up included), lines per second
+(lines of the set divided by it), the ratio to the bare loop (its median wall
+time divided by the mode's), and the peak RSS: the sum over the command's
+processes (the command, a forkserver, the workers) of each one's own peak
+(VmHWM, read from /proc every 20 ms), which is at least what they held at once.
+
+Then the memory case: a set of ``--memory-lines`` lines (10,000,000) in 10
+runs whose prompts come round again so that it holds ``--memory-siblings``
+siblings (100,000), read once by ``cost --jobs N``: its peak RSS, as above.
+
+Prints Markdown tables and writes the numbers as JSON to ``--json``.
 
     python benchmarks/cost_throughput.py
-    python benchmarks/cost_throughput.py --lines 500000 --repeat 3 --json out.json
+    python benchmarks/cost_throughput.py --lines 500000 --repeat 3 --memory-lines 0
 """
 
 from __future__ import annotations
@@ -26,9 +40,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -58,8 +74,16 @@ def _run_id(rng: random.Random) -> str:
     return f"{rng.getrandbits(128):032x}"
 
 
-def generate(folder: Path, total_lines: int, runs: int, seed: int) -> int:
-    """Write ``runs`` run files holding about ``total_lines`` lines; return the exact count."""
+def generate(
+    folder: Path, total_lines: int, runs: int, seed: int, siblings: int | None = None
+) -> int:
+    """Write ``runs`` run files holding about ``total_lines`` lines; return the exact count.
+
+    With ``siblings``, prompt ids come round again after ``siblings / GROUP_SIZE``
+    prompts (epochs over one data set, attempts numbered from 0 each time), so
+    that the set holds that many siblings however many lines it has.
+    """
+    prompts = max(1, siblings // GROUP_SIZE) if siblings else None
     rng = random.Random(seed)
     encode = msgspec.json.Encoder().encode
     per_run = total_lines // runs
@@ -137,7 +161,7 @@ def generate(folder: Path, total_lines: int, runs: int, seed: int) -> int:
             step += 1
             open_now: list[tuple[float, rt.Event]] = []
             for _ in range(GROUPS_PER_STEP):
-                prompt = next_prompt
+                prompt = next_prompt if prompts is None else next_prompt % prompts
                 next_prompt += 1
                 gid = f"p{prompt}"
                 put(
@@ -228,81 +252,223 @@ def generate(folder: Path, total_lines: int, runs: int, seed: int) -> int:
     return written
 
 
-def measure(folder: Path, repeat: int) -> tuple[list[float], int, str]:
-    """Wall times of each run, the largest peak RSS in bytes, and the last output."""
-    cmd = [sys.executable, "-m", "rollout_trace", "cost", str(folder / "*.jsonl")]
-    walls: list[float] = []
-    peak = 0
-    output = b""
-    for _ in range(repeat):
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err)
-            # wait4 gives this child's own rusage; RUSAGE_CHILDREN would also
-            # count the generator's peak.
-            _, status, usage = os.wait4(proc.pid, 0)
-            walls.append(time.perf_counter() - start)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            peak = max(peak, usage.ru_maxrss * 1024)  # KiB on Linux
-            out.seek(0)
-            output = out.read()
-            if proc.returncode not in (0, 1):
-                err.seek(0)
-                raise SystemExit(f"rollout-trace cost failed: {err.read().decode()}")
-    return walls, peak, output.decode()
+# The baseline: msgspec decoding every line of the same files, one by one, in
+# one process, and nothing else.
+BARE_LOOP = """
+import glob, sys
+import msgspec
+dec = msgspec.json.Decoder()
+for p in sorted(glob.glob(sys.argv[1])):
+    with open(p, "rb") as f:
+        for line in f:
+            dec.decode(line)
+"""
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _tree_peaks(root: int, peaks: dict[int, int]) -> None:
+    """Each process under ``root`` (itself included) with the peak RSS it has had so far,
+    from /proc: VmHWM, its own high-water mark, in bytes."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmHWM:"):
+                        peaks[pid] = max(peaks.get(pid, 0), int(line.split()[1]) * 1024)
+                        break
+        except OSError:
+            pass
+
+
+def run_once(cmd: list[str]) -> tuple[float, int, int, int, bytes]:
+    """Run ``cmd``; its wall time, exit code, the peak RSS of the whole process
+    tree (bytes), the largest peak of any one process of it, and its stdout.
+
+    The tree's peak is the sum, over the command's processes (itself, a
+    forkserver, its workers), of each one's own peak RSS, read from /proc
+    every 20 ms: at least what they held at any one moment. Without /proc, it
+    is ``ru_maxrss`` of the child, as for the largest one.
+    """
+    peaks: dict[int, int] = {}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        polling = os.path.isdir("/proc")
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.wait(0.02):
+                _tree_peaks(proc.pid, peaks)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        if polling:
+            poller.start()
+        # wait4 gives this child's own rusage (its own children's folded in);
+        # RUSAGE_CHILDREN would also count the generator's peak.
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        stop.set()
+        if polling:
+            poller.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        largest = usage.ru_maxrss * 1024  # KiB on Linux
+        tree = max(sum(peaks.values()), largest)
+        out.seek(0)
+        if proc.returncode not in (0, 1):
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd[2:])} failed: {err.read().decode()}")
+        return wall, proc.returncode, tree, largest, out.read()
+
+
+def modes(folder: Path, jobs: int) -> dict[str, list[str]]:
+    pattern = str(folder / "*.jsonl")
+    cost = [sys.executable, "-m", "rollout_trace", "cost", pattern, "--json"]
+    out = {"bare loop": [sys.executable, "-c", BARE_LOOP, pattern]}
+    out["cost --jobs 1"] = [*cost, "--jobs", "1"]
+    if jobs > 1:
+        out[f"cost --jobs {jobs}"] = [*cost, "--jobs", str(jobs)]
+    return out
+
+
+def measure(folder: Path, repeat: int, jobs: int) -> dict[str, dict[str, Any]]:
+    """Every mode ``repeat`` times, interleaved, each round starting one mode later."""
+    cmds = modes(folder, jobs)
+    names = list(cmds)
+    runs: dict[str, list[tuple[float, int, int]]] = {name: [] for name in names}
+    outputs: dict[str, set[bytes]] = {name: set() for name in names if name != "bare loop"}
+    for rnd in range(repeat):
+        for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
+            wall, _, tree, largest, output = run_once(cmds[name])
+            runs[name].append((wall, tree, largest))
+            if name in outputs:
+                outputs[name].add(output)
+            print(f"round {rnd + 1}/{repeat} {name}: {wall:.2f} s", file=sys.stderr)
+    same = len(set().union(*outputs.values())) == 1
+    return {
+        name: {
+            "wall_s": [w for w, _, _ in rs],
+            "median_wall_s": statistics.median(w for w, _, _ in rs),
+            "peak_rss_bytes": max(t for _, t, _ in rs),
+            "largest_process_rss_bytes": max(x for _, _, x in rs),
+            "same_output": same if name != "bare loop" else None,
+        }
+        for name, rs in runs.items()
+    }
+
+
+def _generate(folder: Path, lines: int, runs: int, seed: int, siblings: int | None) -> int:
+    """Generate in a child process: a child forked from a parent that had held
+    the whole trace set would report the parent's peak as its own."""
+    started = time.perf_counter()
+    gen = [sys.executable, __file__, "--generate-into", str(folder), "--lines", str(lines)]
+    gen += ["--runs", str(runs), "--seed", str(seed)]
+    if siblings:
+        gen += ["--siblings", str(siblings)]
+    count = int(subprocess.run(gen, capture_output=True, check=True, text=True).stdout)
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    print(
+        f"generated {count:,} lines ({size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s",
+        file=sys.stderr,
+    )
+    return count
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--lines", type=int, default=2_000_000, help="lines in the trace set")
     parser.add_argument("--runs", type=int, default=5, help="controller runs (one file each)")
-    parser.add_argument("--repeat", type=int, default=5, help="times to run the command")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds of every mode")
+    parser.add_argument("--jobs", type=int, default=usable_cores(), help="--jobs of the last mode")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--memory-lines",
+        type=int,
+        default=10_000_000,
+        help="lines of the memory case (0: no memory case)",
+    )
+    parser.add_argument(
+        "--memory-siblings", type=int, default=100_000, help="siblings of the memory case"
+    )
     parser.add_argument("--json", default="cost_throughput.json", help="where to write results")
     parser.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--siblings", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.generate_into is not None:
-        print(generate(args.generate_into, args.lines, args.runs, args.seed))
+        print(generate(args.generate_into, args.lines, args.runs, args.seed, args.siblings))
         return
 
     with tempfile.TemporaryDirectory(prefix="rollout-trace-bench-") as tmp:
         folder = Path(tmp)
-        started = time.perf_counter()
-        # Generated in a child process: a child forked from a parent that had
-        # held the whole trace set would report the parent's peak as its own.
-        gen = [sys.executable, __file__, "--generate-into", tmp, "--lines", str(args.lines)]
-        gen += ["--runs", str(args.runs), "--seed", str(args.seed)]
-        lines = int(subprocess.run(gen, capture_output=True, check=True, text=True).stdout)
+        lines = _generate(folder, args.lines, args.runs, args.seed, None)
         size = sum(p.stat().st_size for p in folder.iterdir())
-        print(
-            f"generated {lines:,} lines ({size / 1e6:.0f} MB) in "
-            f"{time.perf_counter() - started:.1f} s",
-            file=sys.stderr,
-        )
-        walls, peak, output = measure(folder, args.repeat)
-
-    median = statistics.median(walls)
-    result = {
+        speed = measure(folder, args.repeat, args.jobs)
+    bare = speed["bare loop"]["median_wall_s"]
+    for r in speed.values():
+        r["lines_per_s"] = lines / r["median_wall_s"]
+        r["vs_bare_loop"] = bare / r["median_wall_s"]
+    result: dict[str, Any] = {
         "lines": lines,
         "bytes": size,
         "runs": args.runs,
         "repeat": args.repeat,
-        "wall_s": walls,
-        "median_wall_s": median,
-        "lines_per_s": lines / median,
-        "peak_rss_bytes": peak,
+        "jobs": args.jobs,
+        "modes": speed,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "cores": usable_cores(),
     }
     print()
-    print("| lines | MB | runs | median wall (s) | lines/s | peak RSS (MB) |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    print(
-        f"| {lines:,} | {size / 1e6:.0f} | {args.runs} | {median:.2f} | "
-        f"{lines / median:,.0f} | {peak / 1e6:.0f} |"
-    )
+    print(f"{lines:,} lines, {size / 1e6:.0f} MB, {args.runs} runs; median of {args.repeat} rounds")
     print()
-    print(output.splitlines()[-1] if output else "")
+    print("| what | median wall (s) | lines/s | vs bare loop | peak RSS (MB) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, r in speed.items():
+        print(
+            f"| {name} | {r['median_wall_s']:.2f} | {r['lines_per_s']:,.0f} | "
+            f"{r['vs_bare_loop']:.2f}x | {r['peak_rss_bytes'] / 1e6:.0f} |"
+        )
+    if not all(r["same_output"] in (None, True) for r in speed.values()):
+        print("\nthe cost commands' outputs differ!")
+
+    if args.memory_lines:
+        with tempfile.TemporaryDirectory(prefix="rollout-trace-bench-") as tmp:
+            folder = Path(tmp)
+            mem_lines = _generate(folder, args.memory_lines, 10, args.seed, args.memory_siblings)
+            pattern = str(folder / "*.jsonl")
+            cmd = [sys.executable, "-m", "rollout_trace", "cost", pattern, "--json"]
+            wall, _, tree, largest, _ = run_once([*cmd, "--jobs", str(args.jobs)])
+        result["memory_case"] = {
+            "lines": mem_lines,
+            "siblings": args.memory_siblings,
+            "jobs": args.jobs,
+            "wall_s": wall,
+            "peak_rss_bytes": tree,
+            "largest_process_rss_bytes": largest,
+        }
+        print(
+            f"\nmemory case: {mem_lines:,} lines, {args.memory_siblings:,} siblings, "
+            f"--jobs {args.jobs}: peak RSS {tree / 1e6:.0f} MB (all processes; the largest "
+            f"one {largest / 1e6:.0f} MB), {wall:.1f} s"
+        )
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
 
 

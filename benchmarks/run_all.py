@@ -29,7 +29,13 @@ for that). Rates and per-event costs are compared; a shorter run only weighs
 start-up and shutdown more, which is to the peers' disadvantage only where
 they are fast.
 
-    python benchmarks/run_all.py                     # about 6 minutes
+Then ``cost_throughput.py`` (its own interleaved rounds of a bare msgspec
+decode loop, ``rollout-trace cost --jobs 1`` and ``--jobs <cores>``, and its
+memory case), with its targets: ``cost`` at the default ``--jobs`` reads at
+least as many lines a second as the bare loop, and peaks under 300 MB over
+10,000,000 lines with 100,000 siblings.
+
+    python benchmarks/run_all.py                     # about 15 minutes
     python benchmarks/run_all.py --quick             # a smoke run
     python benchmarks/run_all.py --repeat 9 --out results.json
 """
@@ -38,11 +44,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-from _bench import fmt, machine, machine_line, median_of, run_child, table
+from _bench import HERE, fmt, machine, machine_line, median_of, run_child, table
 
 # (label, script, mode, kind): kind "rt" runs --events, "peer" --peer-events.
 JOBS = [
@@ -95,9 +104,19 @@ def main() -> None:
     parser.add_argument("--peer-events", type=int, default=50_000, help="events per peer run")
     parser.add_argument("--quick", action="store_true", help="1 round, few events")
     parser.add_argument("--out", default="bench_results.json", help="JSON results file")
+    parser.add_argument(
+        "--cost-lines", type=int, default=2_000_000, help="lines of the cost benchmark's set"
+    )
+    parser.add_argument(
+        "--memory-lines",
+        type=int,
+        default=10_000_000,
+        help="lines of the cost memory case (100,000 siblings); 0 leaves it out",
+    )
     args = parser.parse_args()
     if args.quick:
         args.repeat, args.events, args.peer_events = 1, 20_000, 5_000
+        args.cost_lines, args.memory_lines = 200_000, 0
 
     m = machine()
     print(f"machine: {machine_line(m)}", file=sys.stderr)
@@ -112,6 +131,7 @@ def main() -> None:
             runs[label].append(result)
             note = result.get("error", "")[-300:] or result.get("check", "")
             print(f"round {rnd + 1}/{args.repeat} {label}: done {note}", file=sys.stderr)
+    cost = _cost_benchmark(args)
     elapsed = time.perf_counter() - started
 
     med = {
@@ -143,7 +163,8 @@ def main() -> None:
         "end to end: rt events/s / peer events/s):\n"
     )
     report.append(_ratio_table(ratios))
-    targets = _floor_targets(med, floors) + _targets(med, ratios)
+    report.append(_cost_report(cost))
+    targets = _floor_targets(med, floors) + _targets(med, ratios) + _cost_targets(cost)
     report.append("\nTargets:\n")
     report += [f"- {verdict} {text}" for verdict, text in targets]
     print("\n".join(report))
@@ -158,11 +179,86 @@ def main() -> None:
                 "ratios": ratios,
                 "targets": [{"verdict": v, "target": t} for v, t in targets],
                 "runs": runs,
+                "cost": cost,
             },
             f,
             indent=2,
         )
     print(f"\nresults: {args.out}", file=sys.stderr)
+
+
+def _cost_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """``cost_throughput.py``: its own interleaved rounds of the bare msgspec loop,
+    ``cost --jobs 1`` and ``cost --jobs <cores>``, and the memory case."""
+    print("cost_throughput.py: bare loop, cost --jobs 1, --jobs <cores>", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cost.json"
+        cmd = [sys.executable, str(HERE / "cost_throughput.py"), "--json", str(out)]
+        cmd += ["--repeat", str(args.repeat), "--lines", str(args.cost_lines)]
+        cmd += ["--memory-lines", str(args.memory_lines)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not out.exists():
+            return {"error": (proc.stderr or proc.stdout).strip()[-2000:]}
+        result: dict[str, Any] = json.loads(out.read_text())
+        return result
+
+
+def _cost_report(cost: dict[str, Any]) -> str:
+    if "error" in cost:
+        return f"\nrollout-trace cost: the benchmark failed: {cost['error']}"
+    rows = [
+        [
+            name,
+            fmt(r["median_wall_s"], 2),
+            fmt(r["lines_per_s"]),
+            fmt(r["vs_bare_loop"], 2) + "x",
+            fmt(r["peak_rss_bytes"] / 2**20, 0),
+        ]
+        for name, r in cost["modes"].items()
+    ]
+    out = (
+        f"\nrollout-trace cost over {cost['lines']:,} lines ({cost['bytes'] / 1e6:.0f} MB, "
+        f"{cost['runs']} runs), {cost['repeat']} interleaved rounds, medians; peak RSS is the "
+        "sum of each process's own peak (the command, a forkserver, the workers):\n\n"
+    )
+    out += table(["what", "wall s", "lines/s", "vs bare loop", "peak RSS MiB"], rows)
+    mem = cost.get("memory_case")
+    if mem:
+        out += (
+            f"\n\nMemory case: {mem['lines']:,} lines, {mem['siblings']:,} siblings, "
+            f"--jobs {mem['jobs']}: peak RSS {mem['peak_rss_bytes'] / 2**20:,.0f} MiB, "
+            f"{mem['wall_s']:.1f} s."
+        )
+    return out
+
+
+def _cost_targets(cost: dict[str, Any]) -> list[tuple[str, str]]:
+    if "error" in cost:
+        return [("FAIL", "rollout-trace cost: the benchmark failed")]
+    out: list[tuple[str, str]] = []
+    parallel = f"cost --jobs {cost['jobs']}"
+    for name in dict.fromkeys(("cost --jobs 1", parallel)):
+        ratio = cost["modes"].get(name, {}).get("vs_bare_loop")
+        verdict = "PASS" if ratio is not None and ratio >= 1.0 else "FAIL"
+        target = name == parallel
+        out.append(
+            (
+                verdict if target else "NOTE",
+                f"{name} lines/s >= 1.0x the bare msgspec loop: {fmt(ratio, 2)}x",
+            )
+        )
+    mem = cost.get("memory_case")
+    if mem:
+        peak = mem["peak_rss_bytes"] / 1e6
+        verdict = "PASS" if peak < 300 else "FAIL"
+        out.append(
+            (
+                verdict,
+                f"cost peak RSS < 300 MB at {mem['lines']:,} lines / "
+                f"{mem['siblings']:,} siblings: {peak:,.0f} MB",
+            )
+        )
+    return out
 
 
 def _main_table(med: dict[str, dict[str, Any]]) -> str:

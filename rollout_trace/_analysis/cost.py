@@ -34,13 +34,25 @@ from .copies import Conflicts
 from .figures import Note, StopCost, orphan_cost, stop_cost, stop_notes
 from .fold import FAST_KIND, IGNORED, ROLLOUT, SEQ_LIMIT, First, RunFold
 from .seqs import SeqSet
-from .siblings import E_SEQ, EXTRA, S_ATT, S_SEQ, S_TIME, SiblingTable
+from .siblings import (
+    E_SEQ,
+    EXTRA,
+    INDEX_BITS,
+    INT64_MAX,
+    INT64_MIN,
+    PROMPT_LIMIT,
+    S_ATT,
+    S_SEQ,
+    S_TIME,
+    SiblingTable,
+)
 
 __all__ = ["CostAnalysis", "gc_paused", "restore_costs", "RunEvents", "group_runs"]
 
 
 # The short path hands on no seq past the last one a tracer can give.
 _LAST_SEQ = SEQ_LIMIT - 1
+_INDEXES = 1 << INDEX_BITS
 
 
 class CostAnalysis:
@@ -71,17 +83,28 @@ class CostAnalysis:
         # The hot loop. While a run's events come in a row and in seq order,
         # each one only extends the run's last seq range and, for an attempt
         # event, updates its attempt's row; the first event of a run, an
-        # event out of order and a seen one go through `RunFold.add`.
+        # event out of order and a seen one go through `RunFold.add`. The
+        # usual seal retires its sibling here, as `SiblingTable.retire`
+        # would, with the table's columns and filter held in locals: a call
+        # costs more than the work. Every other path may rebuild the filter,
+        # so the locals are taken again after it (`_Retire.load`).
         runs = self._runs
         run: RunFold | None = None
         run_id = ""
         nxt: int | None = None  # the seq that continues the run's last range
         kind_of = FAST_KIND.get
+        rollout = ROLLOUT
         need_first_rollout = False
         last: Any = None
         table = SiblingTable()
         rows: dict[Any, list[Any]] = {}
         nan = math.nan
+        last_seq = _LAST_SEQ
+        retired = _Retire(table)
+        bits, mask, key_in, s_seq_in, s_att_in, s_time_in, z_seq_in, z_att_in, z_time_in = (
+            retired.load()
+        )
+        hash_in, collide = retired.hash_in, table.collide
         for ev in events:
             if ev.run_id != run_id:
                 if run is not None:
@@ -96,11 +119,17 @@ class CostAnalysis:
                 need_first_rollout = run.first_rollout is None
                 table = run.table
                 rows = table.rows
+                retired = _Retire(table)
+                bits, mask, key_in, s_seq_in, s_att_in, s_time_in, z_seq_in, z_att_in, z_time_in = (
+                    retired.load()
+                )
+                hash_in, collide = retired.hash_in, table.collide
             assert run is not None
             seq = ev.seq
             if seq != nxt:
                 _store(run, nxt, last)
                 run.add(ev)
+                bits, mask = retired.filter()
                 last = None
                 # The short path takes an event that extends the highest
                 # range: one later than every event of the run so far.
@@ -109,10 +138,10 @@ class CostAnalysis:
                     nxt = None  # past the seqs a tracer gives: RunFold.add leaves them out
                 need_first_rollout = run.first_rollout is None
                 continue
-            nxt = seq + 1 if seq < _LAST_SEQ else None
+            nxt = seq + 1 if seq < last_seq else None
             last = ev
             cls = type(ev)
-            if need_first_rollout and cls in ROLLOUT:
+            if need_first_rollout and cls in rollout:
                 run.first_rollout = First(seq, ev)
                 need_first_rollout = False
             kind = kind_of(cls)
@@ -126,21 +155,47 @@ class CostAnalysis:
             if kind == DISPATCHED and row is None:
                 # The usual first event of a sibling: its first try.
                 rows[key] = [seq, ev.attempt, ev.time, -1, -1, -1, -1, nan, None]
-                if table.maybe_retired(key):
-                    table.collide.add(key)
-            elif (
+                slot = hash(key) & mask
+                if bits[slot >> 3] & (1 << (slot & 7)):  # `maybe_retired`
+                    collide.add(key)
+                continue
+            attempt = ev.attempt
+            if (
                 kind == SEALED
                 and row is not None
                 and row[E_SEQ] < 0 <= row[S_SEQ]
                 and row[EXTRA] is None
-                and row[S_ATT] == ev.attempt
+                and row[S_ATT] == attempt
+                and INT64_MIN <= attempt <= INT64_MAX
             ):
                 # The usual seal: the first end after the sibling's only
                 # start, of that try. All the figures need of it is kept.
                 del rows[key]
-                table.retire(key, row[S_SEQ], row[S_ATT], row[S_TIME], seq, ev.attempt, ev.time)
+                prompt, index = key
+                if type(prompt) is int and 0 <= prompt < PROMPT_LIMIT and 0 <= index < _INDEXES:
+                    key_in(prompt << INDEX_BITS | index)
+                else:
+                    key_in(key)
+                s_seq_in(row[S_SEQ])
+                s_att_in(attempt)
+                s_time_in(row[S_TIME])
+                z_seq_in(seq)
+                z_att_in(attempt)
+                z_time_in(ev.time)
+                h = hash(key)
+                hash_in(h)
+                slot = h & mask
+                bit = 1 << (slot & 7)
+                if bits[slot >> 3] & bit:
+                    collide.add(key)
+                bits[slot >> 3] |= bit
+                retired.count += 1
+                if retired.count << 4 > mask + 1:  # as `SiblingTable.retire` grows it
+                    table.grow()
+                    bits, mask = retired.filter()
             else:
                 run.attempt(kind, ev)
+                bits, mask = retired.filter()
         if run is not None:
             _store(run, nxt, last)
 
@@ -210,6 +265,36 @@ class CostAnalysis:
             if first is not None:
                 previous = run
         return out
+
+
+class _Retire:
+    """What the hot loop retires siblings into: one run's table, its columns' appends."""
+
+    __slots__ = ("count", "hash_in", "table")
+
+    def __init__(self, table: SiblingTable) -> None:
+        self.table = table
+        self.count = len(table.hashes)
+        self.hash_in = table.hashes.append
+
+    def filter(self) -> tuple[bytearray, int]:
+        """The table's filter of retired keys, and the mask of its slots (it may grow)."""
+        bits = self.table.bits
+        self.count = len(self.table.hashes)
+        return bits, (len(bits) << 3) - 1
+
+    def load(self) -> tuple[Any, ...]:
+        t = self.table
+        return (
+            *self.filter(),
+            t.r_keys.append,
+            t.r_s_seq.append,
+            t.r_s_att.append,
+            t.r_s_time.append,
+            t.r_z_seq.append,
+            t.r_z_att.append,
+            t.r_z_time.append,
+        )
 
 
 def _store(run: RunFold, nxt: int | None, last: Any) -> None:

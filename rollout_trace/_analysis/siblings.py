@@ -35,6 +35,10 @@ from typing import Any, NamedTuple, Union
 from .._reading.lean import DISPATCHED, RESUMED, SEALED
 
 __all__ = [
+    "INDEX_BITS",
+    "INT64_MAX",
+    "INT64_MIN",
+    "PROMPT_LIMIT",
     "EXTRA",
     "E_SEQ",
     "S_ATT",
@@ -63,25 +67,25 @@ Row = list[Any]
 # A retired sibling's key is packed into one int where its prompt id is a
 # small enough non-negative int: one object of 32 bytes, where the tuple and
 # the prompt id it holds take 88. A packed key is never equal to a tuple.
-_INDEX_BITS = 24
-_PROMPT_LIMIT = 1 << 38
+INDEX_BITS = 24
+PROMPT_LIMIT = 1 << 38
 PackedKey = Union[int, SiblingKey]  # noqa: UP007
 
 
 def pack_key(key: SiblingKey) -> PackedKey:
     prompt, index = key
-    if type(prompt) is int and 0 <= prompt < _PROMPT_LIMIT and 0 <= index < 1 << _INDEX_BITS:
-        return prompt << _INDEX_BITS | index
+    if type(prompt) is int and 0 <= prompt < PROMPT_LIMIT and 0 <= index < 1 << INDEX_BITS:
+        return prompt << INDEX_BITS | index
     return key
 
 
 def unpack_key(key: PackedKey) -> SiblingKey:
     if isinstance(key, int):
-        return (key >> _INDEX_BITS, key & ((1 << _INDEX_BITS) - 1))
+        return (key >> INDEX_BITS, key & ((1 << INDEX_BITS) - 1))
     return key
 
 
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def new_row() -> Row:
@@ -140,10 +144,10 @@ class SiblingTable:
     """Live rows for the siblings that need them, columns for the retired ones."""
 
     __slots__ = (
-        "_bits",
-        "_hashes",
         "_index",
+        "bits",
         "collide",
+        "hashes",
         "r_keys",
         "r_s_att",
         "r_s_seq",
@@ -167,8 +171,8 @@ class SiblingTable:
         # A key that finds its bit set may have a retired record already
         # (or shares the slot by chance): it goes into `collide`, and only
         # those keys are joined up with their records at the end.
-        self._bits = bytearray(1 << 10)
-        self._hashes = array("q")  # each retired key's hash, to size the filter anew
+        self.bits = bytearray(1 << 10)
+        self.hashes = array("q")  # each retired key's hash, to size the filter anew
         self.collide: set[SiblingKey] = set()
         self._index: _Index | None = None  # made when a retired sibling is seen again
 
@@ -184,8 +188,8 @@ class SiblingTable:
         return row
 
     def maybe_retired(self, key: SiblingKey) -> bool:
-        slot = hash(key) & ((len(self._bits) << 3) - 1)
-        return bool(self._bits[slot >> 3] & (1 << (slot & 7)))
+        slot = hash(key) & ((len(self.bits) << 3) - 1)
+        return bool(self.bits[slot >> 3] & (1 << (slot & 7)))
 
     def start(self, row: Row, seq: int, attempt: int, t: float) -> None:
         held = row[S_SEQ]
@@ -249,7 +253,7 @@ class SiblingTable:
         z_time: float,
     ) -> None:
         """Keep a sibling tried once and sealed as numbers: its start and its seal."""
-        if not (_INT64_MIN <= s_att <= _INT64_MAX and _INT64_MIN <= z_att <= _INT64_MAX):
+        if not (INT64_MIN <= s_att <= INT64_MAX and INT64_MIN <= z_att <= INT64_MAX):
             # An attempt number no array holds (corrupt, but JSON allows
             # it): the sibling stays a live row, exactly as it was.
             self.rows[key] = [s_seq, s_att, s_time, z_seq, z_att, z_seq, z_att, z_time, None]
@@ -262,16 +266,20 @@ class SiblingTable:
         self.r_z_att.append(z_att)
         self.r_z_time.append(z_time)
         h = hash(key)
-        self._hashes.append(h)
-        bits = self._bits
+        self.hashes.append(h)
+        bits = self.bits
         slot = h & ((len(bits) << 3) - 1)
         bit = 1 << (slot & 7)
         if bits[slot >> 3] & bit or key in self.rows:
             self.collide.add(key)
         bits[slot >> 3] |= bit
-        # About 16 slots a key: one key in 16 finds its bit set by chance.
-        if len(self._hashes) << 4 > len(bits) << 3:
-            self._rebuild(len(bits) << 2)
+        if len(self.hashes) << 4 > len(bits) << 3:
+            self.grow()
+
+    def grow(self) -> None:
+        """Make the filter four times as large, once it has fewer than 16 slots a key
+        (one key in 16 then finds its bit set by chance)."""
+        self.bits = _filter(self.hashes, len(self.bits) << 2)
 
     def holds(self, key: SiblingKey, kind: int, seq: int, attempt: int, t: float) -> bool:
         """Whether a retired record of ``key`` makes an event whose seq was seen change nothing.
@@ -283,7 +291,7 @@ class SiblingTable:
         if key in self.rows:
             return False
         h = hash(key)
-        bits = self._bits
+        bits = self.bits
         slot = h & ((len(bits) << 3) - 1)
         if not bits[slot >> 3] & (1 << (slot & 7)):
             return False  # never retired: see `maybe_retired`
@@ -291,7 +299,7 @@ class SiblingTable:
         if index is None:
             index = self._index = _Index()
         packed = pack_key(key)
-        for i in index.find(h, self._hashes):
+        for i in index.find(h, self.hashes):
             if self.r_keys[i] != packed:
                 continue
             s_seq = self.r_s_seq[i]
@@ -307,29 +315,45 @@ class SiblingTable:
                 return True
         return False
 
-    def _rebuild(self, size: int) -> None:
-        bits = self._bits = bytearray(size)
-        mask = (size << 3) - 1
-        for h in self._hashes:
-            slot = h & mask
-            bits[slot >> 3] |= 1 << (slot & 7)
-
     def merge(self, other: SiblingTable) -> None:
-        """Fold in the table of another part of the same run."""
+        """Fold in the table of another part of the same run.
+
+        The retired records are taken over as they are, column by column: a
+        key retired in both parts, or live in one and retired in the other,
+        is marked to be joined up (``collide``), as ``retire`` would.
+        """
+        collide = self.collide
+        for key in self.rows:
+            if other.maybe_retired(key):
+                collide.add(key)
         for key, theirs in other.rows.items():
             row = self.live(key)
             replay(self, row, theirs)
-        for i, packed in enumerate(other.r_keys):
-            self.retire(
-                unpack_key(packed),
-                other.r_s_seq[i],
-                other.r_s_att[i],
-                other.r_s_time[i],
-                other.r_z_seq[i],
-                other.r_z_att[i],
-                other.r_z_time[i],
-            )
-        self.collide |= other.collide
+        collide |= other.collide
+        if not other.r_keys:
+            return
+        bits = self.bits
+        mask = (len(bits) << 3) - 1
+        for i, h in enumerate(other.hashes):
+            slot = h & mask
+            if bits[slot >> 3] & (1 << (slot & 7)):
+                collide.add(unpack_key(other.r_keys[i]))
+        self.r_keys += other.r_keys
+        self.r_s_seq += other.r_s_seq
+        self.r_s_att += other.r_s_att
+        self.r_s_time += other.r_s_time
+        self.r_z_seq += other.r_z_seq
+        self.r_z_att += other.r_z_att
+        self.r_z_time += other.r_z_time
+        size = len(bits)
+        while (len(self.hashes) + len(other.hashes)) << 4 > size << 3:  # as `grow` grows it
+            size <<= 2
+        # The filter of both is the union of the two, each at that size.
+        mine = bits if len(bits) == size else _filter(self.hashes, size)
+        their_bits = other.bits if len(other.bits) == size else _filter(other.hashes, size)
+        both = int.from_bytes(mine, "big") | int.from_bytes(their_bits, "big")
+        self.bits = bytearray(both.to_bytes(size, "big"))
+        self.hashes += other.hashes
 
     # --- what the figures read ------------------------------------------------------
 
@@ -363,6 +387,16 @@ class SiblingTable:
         for key, row in joined.items():
             _judge(key, row, out)
         return out
+
+
+def _filter(hashes: array[int], size: int) -> bytearray:
+    """A filter of ``size`` bytes with the bit of each of ``hashes`` set."""
+    bits = bytearray(size)
+    mask = (size << 3) - 1
+    for h in hashes:
+        slot = h & mask
+        bits[slot >> 3] |= 1 << (slot & 7)
+    return bits
 
 
 def _latest_seal(row: Row, seq: int, attempt: int, t: float) -> None:

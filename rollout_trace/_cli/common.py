@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
+import msgspec
+
 from .._analysis.copies import VERSION, Conflicts, CopyCheck
 from .._analysis.seqs import SeqSet
 from .._reading.paths import expand_paths
@@ -23,6 +25,7 @@ __all__ = [
     "add_paths",
     "blocks",
     "compare_copies",
+    "progress_for",
     "read_again",
     "trace_files",
     "report_problems",
@@ -58,7 +61,11 @@ class _Progress:
         self.next_draw = 0.0
 
     def __call__(self, n: int) -> None:
-        self.done += n
+        self.at(self.done + n)
+
+    def at(self, done: int) -> None:
+        """Say that ``done`` bytes are read (by worker processes, which count them)."""
+        self.done = done
         now = time.monotonic()
         if now >= self.next_draw:
             self.next_draw = now + _PROGRESS_EVERY_S
@@ -68,6 +75,14 @@ class _Progress:
     def clear(self) -> None:
         self.out.write("\r\033[K")
         self.out.flush()
+
+
+def progress_for(files: Sequence[str]) -> _Progress | None:
+    """A progress display for reading ``files``, or None where it is not worth one."""
+    total = sum(os.path.getsize(f) for f in files)
+    if total >= _PROGRESS_BYTES and sys.stderr.isatty():
+        return _Progress(total, sys.stderr)
+    return None
 
 
 def trace_files(paths: Sequence[str]) -> list[str]:
@@ -84,10 +99,7 @@ def blocks(
     for the cost analysis only: see ``_reading.reader.iter_blocks``.
     """
     files = expand_paths(paths)
-    total = sum(os.path.getsize(f) for f in files)
-    progress = None
-    if total >= _PROGRESS_BYTES and sys.stderr.isatty():
-        progress = _Progress(total, sys.stderr)
+    progress = progress_for(files)
     try:
         yield from iter_blocks(files, problems, on_bytes=progress, lean=lean)
     finally:
@@ -144,6 +156,14 @@ class BadLines:
             self.first.append(p)
         if self._then is not None:
             self._then(p)
+
+    def extend(self, other: BadLines, line_offset: int = 0) -> None:
+        """Count in the bad lines of a later part, their line numbers moved on by
+        ``line_offset``."""
+        self.count += other.count
+        self.torn += other.torn
+        for p in other.first[: PROBLEMS_SHOWN - len(self.first)]:
+            self.first.append(msgspec.structs.replace(p, line=p.line + line_offset))
 
 
 def report_problems(problems: Sequence[ReadProblem], total: int | None = None) -> None:

@@ -137,6 +137,8 @@ def _slim_class(tag: str, base: type[LeanEnvelope]) -> type[LeanEnvelope]:
         fields.append((name, typ) if default is msgspec.NODEFAULT else (name, typ, default))
     name = "Lean" + "".join(part.title() for part in tag.split("_"))
     slim = msgspec.defstruct(name, fields, bases=(base,), tag=tag, kw_only=True, module=__name__)
+    # A module attribute, as pickle finds a class: folds cross processes (``--jobs``).
+    globals()[name] = slim
     return cast("type[LeanEnvelope]", slim)
 
 

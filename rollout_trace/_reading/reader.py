@@ -31,6 +31,8 @@ __all__ = [
     "read",
     "read_located",
     "iter_blocks",
+    "is_text",
+    "TextRange",
 ]
 
 # Raw bytes read per call. Large enough that the per-block overhead vanishes,
@@ -154,6 +156,94 @@ class _Source:
                 first = f.read(_CHUNK)
 
 
+def is_text(path: str) -> bool:
+    """Whether ``iter_blocks`` reads the file at ``path`` as plain text (not gzip).
+
+    Only such a file can be read in byte ranges (``TextRange``).
+    """
+    try:
+        with open(path, "rb") as f:
+            first = f.read(_CHUNK)
+    except OSError as exc:
+        raise TraceReadError(f"cannot open trace file {path!r}: {exc}") from exc
+    return not _is_gzip(first, path.endswith(".gz"))
+
+
+def _range_chunks(
+    path: str, start: int, end: int, on_bytes: Callable[[int], None] | None
+) -> Iterator[bytes]:
+    """The bytes of the lines of ``path`` that ``TextRange(path, start, end)`` holds."""
+    try:
+        f: BinaryIO = open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise TraceReadError(f"cannot open trace file {path!r}: {exc}") from exc
+    with f:
+        pos = start
+        f.seek(start)
+        buf = f.read(_CHUNK)
+        if start > 0:
+            # The line under way at `start` is the range before's.
+            while (cut := buf.find(b"\n")) < 0:
+                if not buf:
+                    return
+                pos += len(buf)
+                buf = f.read(_CHUNK)
+            if pos + cut >= end:
+                return  # that newline ends this range too: it holds no line
+            pos += cut + 1
+            buf = buf[cut + 1 :] or f.read(_CHUNK)
+        while buf:
+            if pos + len(buf) > end:
+                cut = buf.find(b"\n", max(end - pos, 0))
+                if cut >= 0:
+                    buf = buf[: cut + 1]
+                    if on_bytes is not None:
+                        on_bytes(len(buf))
+                    yield buf
+                    return
+            if on_bytes is not None:
+                on_bytes(len(buf))
+            yield buf
+            pos += len(buf)
+            buf = f.read(_CHUNK)
+
+
+class TextRange:
+    """The lines of a plain text file (``is_text``) that meet bytes ``[start, end)``.
+
+    A range begins after the first newline at or after ``start`` (at 0 for
+    ``start`` 0) and ends with the first newline at or after ``end`` (or
+    the end of the file): ranges that tile a file hold each of its lines
+    exactly once, a line longer than a range included. ``blocks`` gives them
+    as ``iter_blocks`` does, line numbers counted from the range's first
+    line; once they are read, ``lines`` is how many lines it held, which
+    the line numbers of the ranges after it add (all but the last range end
+    with a newline).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        start: int,
+        end: int,
+        problems: Problems = None,
+        *,
+        on_bytes: Callable[[int], None] | None = None,
+        lean: bool = False,
+    ) -> None:
+        self.path, self.start, self.end = path, start, end
+        self._lines = _Lines(path, problems, _many(lean))
+        self._on_bytes = on_bytes
+
+    def blocks(self) -> Iterator[tuple[str, list[Any], Sequence[int]]]:
+        chunks = _range_chunks(self.path, self.start, self.end, self._on_bytes)
+        return self._lines.read(chunks)
+
+    @property
+    def lines(self) -> int:
+        return self._lines.line_no - 1
+
+
 def _is_gzip(first: bytes, named_gz: bool) -> bool:
     """Whether a file whose first chunk is ``first`` is read as gzip (see ``_Source``)."""
     if first.startswith(_GZIP_MAGIC) and named_gz:
@@ -199,6 +289,11 @@ def _is_fragment(head: bytes) -> bool:
 # whether its classes leave the envelope to be checked here (real events have
 # defaults).
 _Many = tuple[msgspec.json.Decoder[Any], bool]
+
+
+def _many(lean: bool) -> _Many:
+    """The block decoder of ``iter_blocks``'s ``lean`` or not."""
+    return (lean_decoder(), lean_holds_real_classes()) if lean else (decoders()[0], True)
 
 
 def _whole(line: bytes | memoryview) -> bool:
@@ -349,7 +444,7 @@ def iter_blocks(
     lines in a block with a bad line, and a line that spans two reads, may
     come as real events instead. Which lines are read is the same either way.
     """
-    many = (lean_decoder(), lean_holds_real_classes()) if lean else (decoders()[0], True)
+    many = _many(lean)
     for path in expand_paths(paths):
         yield from _Lines(path, problems, many).read(_Source(path, on_bytes).chunks())
 
