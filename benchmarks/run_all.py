@@ -105,6 +105,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 round, few events")
     parser.add_argument("--out", default="bench_results.json", help="JSON results file")
     parser.add_argument(
+        "--readme",
+        metavar="PATH",
+        help="write the report into this README's Performance section, between "
+        f"{README_START!r} and {README_END!r}",
+    )
+    parser.add_argument(
         "--cost-lines", type=int, default=2_000_000, help="lines of the cost benchmark's set"
     )
     parser.add_argument(
@@ -168,6 +174,8 @@ def main() -> None:
     report.append("\nTargets:\n")
     report += [f"- {verdict} {text}" for verdict, text in targets]
     print("\n".join(report))
+    if args.readme:
+        write_readme(Path(args.readme), args, report[1:])
 
     with open(args.out, "w") as f:
         json.dump(
@@ -185,6 +193,30 @@ def main() -> None:
             indent=2,
         )
     print(f"\nresults: {args.out}", file=sys.stderr)
+
+
+# The part of the README's Performance section this script writes.
+README_START = "<!-- run_all.py --readme: generated from here -->"
+README_END = "<!-- run_all.py --readme: to here -->"
+
+
+def write_readme(path: Path, args: argparse.Namespace, report: list[str]) -> None:
+    """Put ``report`` (the run's tables and targets) between the markers in ``path``."""
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        sys.exit(f"run_all.py: {path} has no {README_START!r} ... {README_END!r} to write into")
+    command = "python benchmarks/run_all.py"
+    if args.repeat != 5:
+        command += f" --repeat {args.repeat}"
+    body = [
+        f"Measured with `{command}` on {machine_line(machine())}, "
+        f"{time.strftime('%Y-%m-%d')}; every ratio comes from this one run.",
+        *report,
+    ]
+    new = text[: start + len(README_START)] + "\n" + "\n".join(body).strip() + "\n" + text[end:]
+    path.write_text(new, encoding="utf-8")
+    print(f"README: {path}, section Performance", file=sys.stderr)
 
 
 def _cost_benchmark(args: argparse.Namespace) -> dict[str, Any]:
