@@ -328,6 +328,11 @@ def _main_table(med: dict[str, dict[str, Any]]) -> str:
     return table(header, rows)
 
 
+def _times(value: float | None) -> str:
+    """A ratio as the tables show it: ``1.13x``, or ``-`` where there is none."""
+    return "-" if value is None else f"{fmt(value, 2)}x"
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -362,8 +367,7 @@ def _floor_ratios(med: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _floor_table(floors: dict[str, dict[str, Any]]) -> str:
     keys = ("caller_wall", "caller_cpu", "writer_cpu", "e2e", "written", "written_in_emit")
     rows = [
-        [f"{label} / {r['floor']}"] + [fmt(r[k], 2) + "x" for k in keys]
-        for label, r in floors.items()
+        [f"{label} / {r['floor']}"] + [_times(r[k]) for k in keys] for label, r in floors.items()
     ]
     header = [
         "pair",
@@ -414,7 +418,7 @@ def _floor_targets(
     check(
         dropped == 0 or (rate is not None and rate >= E2E_SHARE),
         f"{label} drops only past what {r['floor']} writes: {fmt(dropped)} dropped; "
-        f"events written per second while the threads emitted {fmt(rate, 2)}x the "
+        f"events written per second while the threads emitted {_times(rate)} the "
         f"floor's (>= {E2E_SHARE}x)",
     )
     for label, r in floors.items():
