@@ -1,25 +1,33 @@
 """Run every benchmark, interleaved and repeated, and report medians, ratios and targets.
 
 One round runs every measurement once, each in a fresh interpreter (see
-``emit_overhead.py``, ``throughput.py`` and ``peers.py`` for what each one
-times); rounds repeat ``--repeat`` times (default 5), and each round starts one
-place further along the list, so rollout_trace and its peers alternate
-(A B A B ...) and no measurement always follows the same neighbour. The
-machine's drift during the run then falls on every measurement alike.
+``emit_overhead.py``, ``throughput.py``, ``floors.py`` and ``peers.py`` for
+what each one times); rounds repeat ``--repeat`` times (default 5), and each
+round starts one place further along the list, so rollout_trace, its floors
+and its peers alternate and no measurement always follows the same
+neighbour. The machine's drift during the run then falls on every
+measurement alike.
+
+The floors (``floors.py``) are the least any tracer can do to get the same
+lines into a file: stamp the envelope, queue, one writer, ``encode_lines``,
+one write. rollout_trace's targets are ratios to them, measured in the same
+run, since absolute times move with the machine and its load.
 
 Reported: the median over rounds of each figure; the ratios of rollout_trace
-to each peer at the caller (peer ns / rollout_trace ns, wall time) and end to
-end (rollout_trace events/s / peer events/s), from those medians; PASS or FAIL
-for each target with its number. Caller targets are checked on both wall and
-CPU time: wall includes the VM's stolen time and the GIL held by a writer
-thread, CPU time does not. The exit code is 0 whatever the outcome: this is a
-report, not a test.
+to its floors and to each peer at the caller (wall time) and end to end,
+and of the writer's CPU time per event (everything but the emitting code:
+a regression of the writer shows there first); PASS or FAIL for each target
+with its number. Caller targets are checked on both wall and CPU time: wall
+includes the VM's stolen time and the GIL held by a writer thread, CPU time
+does not. The exit code is 0 whatever the outcome: this is a report, not a
+test.
 
-rollout_trace runs ``--events`` events (default 200,000: three times its
-buffer, so the writer has to keep up); the peers run ``--peer-events``
-(default 50,000: the slowest of them take several seconds for that). Rates and
-per-event costs are compared; a shorter run only weighs start-up and shutdown
-more, which is to the peers' disadvantage only where they are fast.
+rollout_trace and its floors run ``--events`` events (default 200,000: three
+times the default buffer, so the writer has to keep up); the peers run
+``--peer-events`` (default 50,000: the slowest of them take several seconds
+for that). Rates and per-event costs are compared; a shorter run only weighs
+start-up and shutdown more, which is to the peers' disadvantage only where
+they are fast.
 
 Then ``cost_throughput.py`` (its own interleaved rounds of a bare msgspec
 decode loop, ``rollout-trace cost --jobs 1`` and ``--jobs <cores>``, and its
@@ -27,7 +35,7 @@ memory case), with its targets: ``cost`` at the default ``--jobs`` reads at
 least as many lines a second as the bare loop, and peaks under 300 MB over
 10,000,000 lines with 100,000 siblings.
 
-    python benchmarks/run_all.py                     # about 10 minutes
+    python benchmarks/run_all.py                     # about 15 minutes
     python benchmarks/run_all.py --quick             # a smoke run
     python benchmarks/run_all.py --repeat 9 --out results.json
 """
@@ -48,12 +56,16 @@ from _bench import HERE, fmt, machine, machine_line, median_of, run_child, table
 # (label, script, mode, kind): kind "rt" runs --events, "peer" --peer-events.
 JOBS = [
     ("rt sync", "throughput.py", "sync", "rt"),
+    ("floor sync", "floors.py", "sync", "rt"),
     ("structlog", "peers.py", "structlog", "peer"),
     ("rt async", "throughput.py", "async", "rt"),
+    ("floor async", "floors.py", "async", "rt"),
     ("stdlib QueueHandler", "peers.py", "stdlib", "peer"),
     ("rt sync 8 threads", "throughput.py", "sync8", "rt"),
+    ("floor sync 8 threads", "floors.py", "sync8", "rt"),
     ("loguru enqueue", "peers.py", "loguru", "peer"),
     ("rt disabled: emit call", "emit_overhead.py", "disabled_call", "rt"),
+    ("floor sync, envelope passed to the constructor", "floors.py", "sync_ctor", "rt"),
     ("OTel span", "peers.py", "otel_span", "peer"),
     ("rt disabled: build + emit", "emit_overhead.py", "disabled_build", "rt"),
     ("OTel logs", "peers.py", "otel_log", "peer"),
@@ -61,8 +73,28 @@ JOBS = [
     ("baseline: bare msgspec Struct + time()", "emit_overhead.py", "bare_struct", "rt"),
 ]
 RT_MAIN = ("rt sync", "rt async")
+# Each tracer and the floor it is held to.
+FLOORS = {
+    "rt sync": "floor sync",
+    "rt async": "floor async",
+    "rt sync 8 threads": "floor sync 8 threads",
+}
 PEERS = ("structlog", "stdlib QueueHandler", "loguru enqueue", "OTel span", "OTel logs")
-KEYS = ("caller_wall_ns", "caller_cpu_ns", "loop_wall_ns", "e2e_eps", "lines", "dropped")
+KEYS = (
+    "caller_wall_ns",
+    "caller_cpu_ns",
+    "loop_wall_ns",
+    "writer_cpu_ns",
+    "e2e_eps",
+    "written_eps",
+    "emit_write_eps",
+    "lines",
+    "dropped",
+)
+# Targets against the floors: rollout_trace's caller at most this many times
+# the floor's, and its events reaching the file at least this share of them.
+CALLER_LIMIT = 1.2
+E2E_SHARE = 0.85
 
 
 def main() -> None:
@@ -72,6 +104,12 @@ def main() -> None:
     parser.add_argument("--peer-events", type=int, default=50_000, help="events per peer run")
     parser.add_argument("--quick", action="store_true", help="1 round, few events")
     parser.add_argument("--out", default="bench_results.json", help="JSON results file")
+    parser.add_argument(
+        "--readme",
+        metavar="PATH",
+        help="write the report into this README's Performance section, between "
+        f"{README_START!r} and {README_END!r}",
+    )
     parser.add_argument(
         "--cost-lines", type=int, default=2_000_000, help="lines of the cost benchmark's set"
     )
@@ -95,6 +133,7 @@ def main() -> None:
         for label, script, mode, kind in JOBS[shift:] + JOBS[:shift]:
             events = args.events if kind == "rt" else args.peer_events
             result = run_child(script, mode, events)
+            _add_rates(result, events)
             runs[label].append(result)
             note = result.get("error", "")[-300:] or result.get("check", "")
             print(f"round {rnd + 1}/{args.repeat} {label}: done {note}", file=sys.stderr)
@@ -106,6 +145,9 @@ def main() -> None:
     }
     for label, rs in runs.items():
         med[label]["events"] = rs[0].get("events") if rs else None
+        # Drops are held to zero in every round, not in the median one.
+        drops = [r["dropped"] for r in rs if isinstance(r.get("dropped"), int)]
+        med[label]["max_dropped"] = max(drops) if len(drops) == len(rs) and drops else None
         med[label]["checks"] = sorted({r.get("check", r.get("error", "?"))[:80] for r in rs})
 
     report = [f"machine: {machine_line(m)}"]
@@ -114,17 +156,26 @@ def main() -> None:
         f"peers {args.peer_events:,}; {elapsed:.0f} s in all.\n"
     )
     report.append(_main_table(med))
+    floors = _floor_ratios(med)
+    report.append(
+        "\nAgainst the floors (from the medians; rt / floor: caller wall and CPU ns, "
+        "writer CPU ns, events/s end to end, events written per second end to end and "
+        "while the program emitted):\n"
+    )
+    report.append(_floor_table(floors))
     ratios = _ratios(med)
     report.append(
-        "\nRatios (from the medians; caller: peer wall ns / rt wall ns; "
+        "\nAgainst the peers (from the medians; caller: peer wall ns / rt wall ns; "
         "end to end: rt events/s / peer events/s):\n"
     )
     report.append(_ratio_table(ratios))
     report.append(_cost_report(cost))
-    targets = _targets(med, ratios) + _cost_targets(cost)
+    targets = _floor_targets(med, floors) + _targets(med, ratios) + _cost_targets(cost)
     report.append("\nTargets:\n")
     report += [f"- {verdict} {text}" for verdict, text in targets]
     print("\n".join(report))
+    if args.readme:
+        write_readme(Path(args.readme), args, report[1:])
 
     with open(args.out, "w") as f:
         json.dump(
@@ -132,6 +183,7 @@ def main() -> None:
                 "machine": m,
                 "args": vars(args),
                 "medians": med,
+                "floor_ratios": floors,
                 "ratios": ratios,
                 "targets": [{"verdict": v, "target": t} for v, t in targets],
                 "runs": runs,
@@ -141,6 +193,30 @@ def main() -> None:
             indent=2,
         )
     print(f"\nresults: {args.out}", file=sys.stderr)
+
+
+# The part of the README's Performance section this script writes.
+README_START = "<!-- run_all.py --readme: generated from here -->"
+README_END = "<!-- run_all.py --readme: to here -->"
+
+
+def write_readme(path: Path, args: argparse.Namespace, report: list[str]) -> None:
+    """Put ``report`` (the run's tables and targets) between the markers in ``path``."""
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        sys.exit(f"run_all.py: {path} has no {README_START!r} ... {README_END!r} to write into")
+    command = "python benchmarks/run_all.py"
+    if args.repeat != 5:
+        command += f" --repeat {args.repeat}"
+    body = [
+        f"Measured with `{command}` on {machine_line(machine())}, "
+        f"{time.strftime('%Y-%m-%d')}; every ratio comes from this one run.",
+        *report,
+    ]
+    new = text[: start + len(README_START)] + "\n" + "\n".join(body).strip() + "\n" + text[end:]
+    path.write_text(new, encoding="utf-8")
+    print(f"README: {path}, section Performance", file=sys.stderr)
 
 
 def _cost_benchmark(args: argparse.Namespace) -> dict[str, Any]:
@@ -231,6 +307,7 @@ def _main_table(med: dict[str, dict[str, Any]]) -> str:
                 fmt(r["caller_wall_ns"]),
                 fmt(r["caller_cpu_ns"]),
                 fmt(r["loop_wall_ns"]),
+                fmt(r["writer_cpu_ns"]),
                 fmt(r["e2e_eps"]),
                 f"{fmt(lines)} / {fmt(expected)}" if lines is not None else "-",
                 fmt(r["dropped"]),
@@ -242,6 +319,7 @@ def _main_table(med: dict[str, dict[str, Any]]) -> str:
         "caller wall ns/ev",
         "caller CPU ns/ev",
         "async loop wall ns/ev",
+        "writer CPU ns/ev",
         "events/s end to end",
         "lines / expected",
         "dropped",
@@ -250,8 +328,109 @@ def _main_table(med: dict[str, dict[str, Any]]) -> str:
     return table(header, rows)
 
 
+def _times(value: float | None) -> str:
+    """A ratio as the tables show it: ``1.13x``, or ``-`` where there is none."""
+    return "-" if value is None else f"{fmt(value, 2)}x"
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a and b else None
+    return a / b if a is not None and b else None
+
+
+def _add_rates(result: dict[str, Any], events: int) -> None:
+    """Events that reached the file per second: end to end less the drops, and
+    while the program emitted (``written_in_emit`` over the emitting time)."""
+    eps, dropped = result.get("e2e_eps"), result.get("dropped")
+    if isinstance(eps, (int, float)) and isinstance(dropped, int):
+        result["written_eps"] = eps * (events - dropped) / events
+    in_emit, wall = result.get("written_in_emit"), result.get("caller_wall_ns")
+    if isinstance(in_emit, int) and isinstance(wall, (int, float)) and wall > 0:
+        result["emit_write_eps"] = in_emit / (wall * events / 1e9)
+
+
+def _floor_ratios(med: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for label, floor in FLOORS.items():
+        r, f = med[label], med[floor]
+        out[label] = {
+            "floor": floor,
+            "caller_wall": _ratio(r["caller_wall_ns"], f["caller_wall_ns"]),
+            "caller_cpu": _ratio(r["caller_cpu_ns"], f["caller_cpu_ns"]),
+            "writer_cpu": _ratio(r["writer_cpu_ns"], f["writer_cpu_ns"]),
+            "e2e": _ratio(r["e2e_eps"], f["e2e_eps"]),
+            "written": _ratio(r["written_eps"], f["written_eps"]),
+            "written_in_emit": _ratio(r["emit_write_eps"], f["emit_write_eps"]),
+        }
+    return out
+
+
+def _floor_table(floors: dict[str, dict[str, Any]]) -> str:
+    keys = ("caller_wall", "caller_cpu", "writer_cpu", "e2e", "written", "written_in_emit")
+    rows = [
+        [f"{label} / {r['floor']}"] + [_times(r[k]) for k in keys] for label, r in floors.items()
+    ]
+    header = [
+        "pair",
+        "caller (wall)",
+        "caller (CPU)",
+        "writer CPU",
+        "end to end",
+        "written/s",
+        "written/s while emitting",
+    ]
+    return table(header, rows)
+
+
+def _floor_targets(
+    med: dict[str, dict[str, Any]], floors: dict[str, dict[str, Any]]
+) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+
+    def check(ok: bool, text: str) -> None:
+        out.append(("PASS" if ok else "FAIL", text))
+
+    for label in RT_MAIN:
+        r, f = floors[label], floors[label]["floor"]
+        for key, what in (("caller_wall", "wall"), ("caller_cpu", "CPU")):
+            value = r[key]
+            check(
+                value is not None and value <= CALLER_LIMIT,
+                f"{label} caller ({what}) <= {CALLER_LIMIT}x {f}: {fmt(value, 2)}x",
+            )
+        value = r["e2e"]
+        check(
+            value is not None and value >= E2E_SHARE,
+            f"{label} events/s end to end >= {E2E_SHARE}x {f}: {fmt(value, 2)}x",
+        )
+        dropped = med[label]["max_dropped"]
+        check(
+            dropped == 0,
+            f"{label} drops nothing at default settings, in any round: {fmt(dropped)} dropped",
+        )
+    # Eight threads outrun any writer that shares their GIL with them: the
+    # floor's unbounded queue grows instead (what it writes while they emit is
+    # what it can write), rollout_trace's buffer fills and drops the rest.
+    # Drops are allowed where rollout_trace wrote, while the threads emitted,
+    # at least that share of what the floor wrote per second meanwhile.
+    label = "rt sync 8 threads"
+    r, dropped = floors[label], med[label]["dropped"]
+    rate = r["written_in_emit"]
+    check(
+        dropped == 0 or (rate is not None and rate >= E2E_SHARE),
+        f"{label} drops only past what {r['floor']} writes: {fmt(dropped)} dropped; "
+        f"events written per second while the threads emitted {_times(rate)} the "
+        f"floor's (>= {E2E_SHARE}x)",
+    )
+    for label, r in floors.items():
+        out.append(
+            (
+                "INFO",
+                f"{label} writer CPU per event: {fmt(med[label]['writer_cpu_ns'])} ns, "
+                f"{fmt(r['writer_cpu'], 2)}x {r['floor']}'s "
+                f"({fmt(med[r['floor']]['writer_cpu_ns'])} ns)",
+            )
+        )
+    return out
 
 
 def _ratios(med: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -30,6 +30,12 @@ gaps included, per event). For ``sync8``, wall is the time from releasing the
 threads until the last is done, per event of all threads; CPU is the sum of
 the threads' CPU time per event.
 
+Writer side: ``writer_cpu_ns`` is the process's CPU time from the first emit
+to the close less the emitting code's, per event: the writer thread and the
+sinks' threads (for ``async``, the pump's time on the loop and the sink's
+thread). For the sync modes, ``written_in_emit`` is ``counts.written`` when
+the emitting threads are done: what the writer managed while they ran.
+
     python benchmarks/throughput.py                 # every mode, 3 runs each
     python benchmarks/throughput.py --quick
     python benchmarks/throughput.py --mode sync --events 1000000
@@ -78,6 +84,7 @@ async def _async_body(path: Path, events: int) -> dict[str, Any]:
     emit_wall = emit_cpu = 0.0
     async with rt.tracer(f"jsonl://{path}") as t:
         emit = t.emit
+        proc0 = time.process_time()
         w_start, c_start = perf(), cpu()
         for base in range(0, events, YIELD_EVERY):
             w0, c0 = perf(), cpu()
@@ -96,11 +103,13 @@ async def _async_body(path: Path, events: int) -> dict[str, Any]:
             await asyncio.sleep(0)
         loop_wall, loop_cpu = perf() - w_start, cpu() - c_start
     total = perf() - w_start
+    writer_cpu = time.process_time() - proc0 - emit_cpu
     return {
         "caller_wall_ns": emit_wall / events * 1e9,
         "caller_cpu_ns": emit_cpu / events * 1e9,
         "loop_wall_ns": loop_wall / events * 1e9,
         "loop_cpu_ns": loop_cpu / events * 1e9,
+        "writer_cpu_ns": writer_cpu / events * 1e9,
         "e2e_s": total,
         "e2e_eps": events / total,
     }
@@ -126,6 +135,7 @@ def run_sync(events: int, threads: int = 1) -> dict[str, Any]:
         path = Path(d) / "trace.jsonl"
         t = rt.sync_tracer(f"jsonl://{path}").open()
         emit = t.emit
+        proc0 = time.process_time()
         if threads == 1:
             c0 = time.thread_time()
             w0 = perf()
@@ -134,11 +144,15 @@ def run_sync(events: int, threads: int = 1) -> dict[str, Any]:
             caller_cpu = time.thread_time() - c0
         else:
             caller_wall, caller_cpu, w0 = _threaded(emit, events, threads)
+        in_emit = t.counts.written
         t.close()
         total = perf() - w0
+        writer_cpu = time.process_time() - proc0 - caller_cpu
         result: dict[str, Any] = {
+            "written_in_emit": in_emit,
             "caller_wall_ns": caller_wall / events * 1e9,
             "caller_cpu_ns": caller_cpu / events * 1e9,
+            "writer_cpu_ns": writer_cpu / events * 1e9,
             "e2e_s": total,
             "e2e_eps": events / total,
         }
@@ -179,6 +193,7 @@ COLUMNS = [
     ("events/s end to end", "e2e_eps", 0),
     ("caller wall ns/ev", "caller_wall_ns", 0),
     ("caller CPU ns/ev", "caller_cpu_ns", 0),
+    ("writer CPU ns/ev", "writer_cpu_ns", 0),
     ("dropped", "dropped", 0),
     ("lines", "lines", 0),
     ("peak RSS MiB", "maxrss_mib", 1),

@@ -1,5 +1,6 @@
 import sys
 
-from ._cli.main import main
+from ._cli.main import program
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(program())

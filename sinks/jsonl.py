@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -13,6 +14,11 @@ from ._base import Sink, SinkOptionValueError
 __all__ = ["JsonlSink"]
 
 _FSYNC_MODES = ("never", "batch", "always")
+# How long a sink that writes batch after batch goes without looking at its
+# path for a file deleted or moved away. A look is a system call, and on the
+# writing thread every system call lets the program take the GIL, which the
+# thread then waits for (a switch interval, 5 ms, while the program is busy).
+_LOOK_EVERY = 0.25
 logger = logging.getLogger("rollout_trace")
 
 
@@ -27,9 +33,11 @@ class JsonlSink(Sink):
     writers shared the file (a fork) or what came before it is lost.
 
     A file that is deleted, or moved away (log rotation), while the sink
-    writes is noticed before the next batch: the sink reopens its path, makes
-    a new file there and says so once per reopen, rather than writing into a
-    file nobody can find.
+    writes is noticed before the first batch written after a ``flush()`` or
+    a quarter of a second after the sink last looked (so within a quarter of
+    a second while batches follow each other): the sink reopens its path,
+    makes a new file there and says so once per reopen, rather than writing
+    into a file nobody can find.
 
     ``fsync``: ``never`` (default) leaves durability to the OS; ``batch``
     calls ``fdatasync`` after every batch; ``always`` calls ``fsync`` after
@@ -51,6 +59,7 @@ class JsonlSink(Sink):
         self.reopened = 0
         self._fd = -1
         self._identity: tuple[int, int] = (0, 0)
+        self._look_at = 0.0  # time.monotonic() from which a write looks at the path
         self._gzip: Any = None
         self._made_dirs: list[str] = []
         self._made_file = False
@@ -94,9 +103,11 @@ class JsonlSink(Sink):
         )
 
     def write(self, data: bytes) -> None:
-        # One stat per batch (a few microseconds for thousands of events).
-        if not self._still_there():
-            self._reopen()
+        now = time.monotonic()  # no system call (vDSO)
+        if now >= self._look_at:
+            self._look_at = now + _LOOK_EVERY
+            if not self._still_there():
+                self._reopen()
         if self._gzip is not None:
             data = self._gzip.compress(data) + self._gzip.flush(zlib.Z_FULL_FLUSH)
         _write_all(self._fd, data)
@@ -106,6 +117,7 @@ class JsonlSink(Sink):
             os.fsync(self._fd)
 
     def flush(self) -> None:
+        self._look_at = 0.0  # the next write looks at the path
         if self.fsync == "always" and self._fd >= 0:
             os.fsync(self._fd)
 

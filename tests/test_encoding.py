@@ -209,6 +209,63 @@ def test_a_batch_keeps_the_order_of_its_valid_lines() -> None:
     ]
 
 
+class OwnSeq(rt.Event, tag="test_enc_own_seq"):
+    """Redefines an envelope field the writer stamps: it is checked like any other."""
+
+    seq: str = ""  # type: ignore[assignment]
+
+
+class Dated(rt.Event, tag="test_enc_dated"):
+    """A field type the fast check does not cover: always the long way."""
+
+    at: bytes = b""
+
+
+def _mixed(kinds: str) -> list[rt.Event]:
+    """One event per letter: d dispatched, s sealed, t step_trained, c scored,
+    o own seq (valid: a str), b bytes field, and upper case for an invalid one."""
+    make: dict[str, Any] = {
+        "d": lambda i: _dispatched(attempt=i),
+        "s": lambda i: rt.AttemptSealed(group_id="g", prompt_id=i, generation_index=0, attempt=0),
+        "t": lambda i: rt.StepTrained(step=i, group_ids=["g"]),
+        "c": lambda i: Scored(score=i / 2, values={"i": i}),
+        "o": lambda i: OwnSeq(),
+        "b": lambda i: Dated(at=b"x"),
+        "D": lambda i: _dispatched(attempt=str(i)),
+        "T": lambda i: rt.StepTrained(step=i, group_ids=["g", None]),  # type: ignore[list-item]
+        "C": lambda i: Scored(score=math.nan),
+        "O": lambda i: OwnSeq(),
+    }
+    events = [_at(i, make[k](i)) for i, k in enumerate(kinds)]
+    for ev, k in zip(events, kinds, strict=True):
+        if k == "o":
+            setattr(ev, "seq", "s")  # noqa: B010 - what its own class allows
+    return events
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        "dddddddd",  # one class: one run
+        "dsdsdsds",  # two classes taking turns: a run each
+        "ddddssstttccdd",  # runs of several classes, one coming back
+        "Dddddddd",  # invalid first
+        "ddddDdddd",  # invalid inside a run
+        "ddddsssT",  # invalid right after a change of class
+        "dddddddD",  # invalid last
+        "dCdTsD",  # several, of several classes
+        "ddbdd",  # a class the fast check does not cover, inside a run
+        "ddoddO",  # a redefined envelope field: str is fine, the stamped int is not
+    ],
+)
+def test_a_batch_of_many_classes_writes_exactly_its_valid_events(kinds: str) -> None:
+    events = _mixed(kinds)
+    data, bad = BatchEncoder().encode(events)
+    valid = [ev for ev, k in zip(events, kinds, strict=True) if k.islower()]
+    assert data == b"".join(msgspec.json.encode(ev) + b"\n" for ev in valid)
+    assert [ev.seq for ev, _ in bad] == [i for i, k in enumerate(kinds) if k.isupper()]
+
+
 @pytest.mark.parametrize("ev", ROLLOUT_SAMPLES, ids=lambda ev: type(ev).__name__)
 def test_built_in_events_pass_the_fast_check(ev: rt.Event) -> None:
     # The fast path: no built-in event needs the encode-and-decode check.

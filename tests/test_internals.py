@@ -10,16 +10,20 @@ import asyncio
 import itertools
 import sys
 import threading
+import time
 
 import anyio
 import pytest
 
 import rollout_trace as rt
 from rollout_trace._internals import (
+    LEND_INTERVAL,
     first_caller,
     forget_native_cancel,
     is_cancellation,
+    lend_gil,
     peek_count,
+    restore_gil,
 )
 
 
@@ -123,3 +127,66 @@ def test_exactly_one_thread_is_the_first_caller() -> None:
         for t in threads:
             t.join()
         assert wins.count(True) == 1
+
+
+@pytest.mark.parametrize(
+    ("steps", "during", "after"),
+    [
+        # Lent, then put back.
+        (["lend"], LEND_INTERVAL, 0.005),
+        # Lent twice, put back once: back to the program's.
+        (["lend", "lend"], LEND_INTERVAL, 0.005),
+        # The program sets its own while lent: putting back keeps the program's.
+        (["lend", "set 0.002"], 0.002, 0.002),
+        # The program's own is shorter already: nothing is lent.
+        (["set 0.000001", "lend"], 0.000001, 0.000001),
+        # Put back when nothing was lent: nothing changes.
+        ([], 0.005, 0.005),
+    ],
+)
+def test_the_gil_is_lent_and_put_back(steps: list[str], during: float, after: float) -> None:
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        for step in steps:
+            if step == "lend":
+                lend_gil()
+            else:
+                sys.setswitchinterval(float(step.split()[1]))
+        assert sys.getswitchinterval() == pytest.approx(during, rel=0.01)
+        restore_gil()
+        assert sys.getswitchinterval() == pytest.approx(after, rel=0.01)
+    finally:
+        restore_gil()
+        sys.setswitchinterval(before)
+
+
+def test_a_thread_waiting_for_the_gil_gets_it_while_lent() -> None:
+    # What lend_gil() relies on: with the GIL lent, a thread waiting for it
+    # gets its turns while this one drops the GIL and takes it back again and
+    # again, as an event loop polling its selector does (without it, such a
+    # thread may wait as long as the loop stays busy, depending on how soon
+    # the system wakes it: not something a test can count on).
+    turns: list[float] = []
+    done = threading.Event()
+
+    def wait_for_the_gil() -> None:
+        while not done.is_set():
+            time.sleep(0.001)  # the GIL is dropped here and wanted back after
+            turns.append(time.monotonic())
+
+    before = sys.getswitchinterval()
+    waiter = threading.Thread(target=wait_for_the_gil, daemon=True)
+    waiter.start()
+    try:
+        lend_gil()
+        deadline = time.monotonic() + 5
+        begun = len(turns)
+        while len(turns) < begun + 20 and time.monotonic() < deadline:
+            time.sleep(0)  # drop the GIL and take it back at once, as a busy loop does
+        assert len(turns) >= begun + 20  # the waiting thread had its turns
+    finally:
+        done.set()
+        restore_gil()
+        waiter.join(5)
+        sys.setswitchinterval(before)

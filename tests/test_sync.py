@@ -66,6 +66,60 @@ def test_eight_threads_every_event_written_once_or_counted(
         assert len(keys) == 400_000
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
+def test_one_thread_emitting_flat_out_at_default_settings_drops_nothing() -> None:
+    # The writer thread shares the GIL with the thread that emits and gets
+    # about half of it while both are busy: it keeps up only if it spends less
+    # per event than emit does. Once it spent more, and a long burst filled the
+    # default buffer (3-4 % of a million events dropped). A million events:
+    # a writer that falls behind by any steady share runs out of buffer.
+    n = 1_000_000
+    t = rt.sync_tracer("jsonl:///dev/null")
+    with t:
+        emit, make = t.emit, rt.AttemptDispatched
+        for i in range(n):
+            emit(make(group_id="g", prompt_id=i, generation_index=0, attempt=0, weight_version=0))
+    c = t.counts
+    assert (c.emitted, c.written, c.dropped, c.invalid) == (n, n, 0, 0), c
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "burst", "dropped"),
+    [
+        # The default buffer holds 200,000 events emitted while the writer is
+        # held up (a write the system is slow to finish, a busy machine).
+        ({}, 200_000, 0),
+        # Up to the buffer and no further: the surplus is dropped and counted.
+        ({"buffer": 65_536}, 100_000, 100_000 - 65_536),
+    ],
+)
+def test_a_burst_while_the_writer_is_held_up_drops_only_past_the_buffer(
+    kwargs: dict[str, Any], burst: int, dropped: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sinks import MemorySink
+
+    release, held = threading.Event(), threading.Event()
+    real_write = MemorySink.write
+
+    def write(self: MemorySink, data: bytes) -> None:
+        if b'"attempt_dispatched"' in data:
+            held.set()
+            release.wait(30)
+        real_write(self, data)
+
+    monkeypatch.setattr(MemorySink, "write", write)
+    t = rt.sync_tracer("memory://", **kwargs)
+    with t:
+        t.emit(dispatched(0))
+        assert held.wait(10)  # the writer is inside its first write of events
+        for i in range(1, burst + 1):
+            t.emit(dispatched(i))
+        release.set()
+    c = t.counts
+    assert (c.emitted, c.written, c.dropped) == (burst + 1, burst + 1 - dropped, dropped), c
+
+
 def test_flush_from_one_thread_while_others_emit(tmp_path: Path) -> None:
     path = tmp_path / "f.jsonl"
     t = rt.sync_tracer(str(path), flush_interval=30, buffer=1_000_000)

@@ -7,6 +7,9 @@ trio and the sync tracer), in tests/writing/test_promises.py.
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from typing import Any
 
 import anyio
@@ -135,3 +138,135 @@ async def test_a_flush_can_be_bounded_by_cancelling_it() -> None:
             await t.flush()
         assert scope.cancelled_caught
         assert await t.flush() is True
+
+
+@pytest.mark.parametrize(
+    ("hold", "buffer"),
+    [
+        # The sink's thread stays inside a write: it falls more than the buffer
+        # behind. Its batches are lost (counted), and the loop never waits for it.
+        (True, 64),
+        # A sink within the buffer of the program.
+        (False, 65_536),
+    ],
+)
+async def test_the_pump_never_puts_the_loop_to_sleep_for_a_sink(
+    hold: bool, buffer: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once the pump slept a millisecond in ten on the loop (GIL and all) to
+    # lend the GIL to a sink's thread that was far behind.
+    real_sleep = time.sleep
+    loop_sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is threading.main_thread():
+            loop_sleeps.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    release = threading.Event()
+    async with rt.tracer("memory://", buffer=buffer, batch_size=16) as t:
+        sink = memory(t)
+        real_write = sink.write
+
+        def held_write(data: bytes) -> None:
+            if hold:
+                release.wait(10)
+            real_write(data)
+
+        sink.write = held_write  # type: ignore[method-assign]
+        for i in range(2_000):
+            t.emit(dispatched(i))
+            if i % 16 == 15:
+                await anyio.sleep(0)
+        assert loop_sleeps == []
+        release.set()
+    c = t.counts
+    assert c.emitted == 2_000 and c.written + c.dropped == 2_000, c
+    assert (c.dropped > 0) is hold, c
+
+
+@pytest.mark.parametrize(
+    ("hold", "lent"),
+    [
+        # The sink's thread is behind without a turn of the GIL for longer than
+        # two switch intervals (here: held between two of its calls, where a
+        # thread waits for the GIL): the pump lends it the GIL (a short switch
+        # interval) instead of putting the loop to sleep.
+        ("between", True),
+        # Held inside a write (a slow sink, a pipe nobody reads): a thread back
+        # from a short call may be waiting for the GIL and is lent it, but a
+        # call that lasts is a sink blocked in the system: the interval is put
+        # back while it still hangs, not kept short for a sink that hangs.
+        ("write", None),
+        # Inside writes of 30 ms each: as far as the pump can tell, each may
+        # have returned and be waiting for the GIL, so it is lent.
+        ("short-write", True),
+        # A sink that keeps up may or may not be lent it, briefly.
+        (None, None),
+    ],
+)
+async def test_a_sink_thread_without_a_turn_is_lent_the_gil_and_it_is_put_back(
+    hold: str | None, lent: bool | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollout_trace._internals import LEND_INTERVAL
+
+    before = sys.getswitchinterval()
+    intervals: list[float] = []
+    real_set = sys.setswitchinterval
+
+    def setswitchinterval(value: float) -> None:
+        intervals.append(value)
+        real_set(value)
+
+    monkeypatch.setattr(sys, "setswitchinterval", setswitchinterval)
+    loop_sleeps: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is threading.main_thread():
+            loop_sleeps.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    release = threading.Event()
+    async with rt.tracer("memory://", batch_size=16) as t:
+        sink = memory(t)
+        real_write = sink.write
+        (runner,) = t._engine.runners
+        real_progress = runner._on_progress
+        wrote_events = threading.Event()
+
+        def held_write(data: bytes) -> None:
+            if b'"attempt_dispatched"' in data:
+                if hold == "write":
+                    release.wait(10)
+                elif hold == "short-write":
+                    release.wait(0.03)
+                wrote_events.set()
+            real_write(data)
+
+        def held_progress() -> None:
+            # Called by the sink's thread after each write, outside the call.
+            if hold == "between" and wrote_events.is_set():
+                release.wait(10)
+            real_progress()
+
+        sink.write = held_write  # type: ignore[method-assign]
+        runner._on_progress = held_progress  # type: ignore[method-assign]
+        for i in range(2_000):
+            t.emit(dispatched(i))
+            if i % 16 == 15:
+                await anyio.sleep(0.0005)
+        if hold == "write":
+            assert wrote_events.wait(0) is False  # still inside its write
+            for i in range(2_000, 2_050):  # a busy pump, for LEND_IN_CALL and more
+                t.emit(dispatched(i))
+                await anyio.sleep(0.01)
+            assert sys.getswitchinterval() == pytest.approx(before)
+        release.set()
+    assert t.counts.written == (2_050 if hold == "write" else 2_000)
+    if lent is not None:
+        assert (LEND_INTERVAL in intervals) is lent, intervals
+    assert sys.getswitchinterval() == pytest.approx(before)  # put back
+    assert loop_sleeps == []

@@ -79,10 +79,17 @@ class _Progress:
 
 def progress_for(files: Sequence[str]) -> _Progress | None:
     """A progress display for reading ``files``, or None where it is not worth one."""
-    total = sum(os.path.getsize(f) for f in files)
+    total = sum(_size(f) for f in files)
     if total >= _PROGRESS_BYTES and sys.stderr.isatty():
         return _Progress(total, sys.stderr)
     return None
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0  # gone since it was listed: its read says so
 
 
 def trace_files(paths: Sequence[str]) -> list[str]:

@@ -24,7 +24,7 @@ from .common import (
     table,
     trace_files,
 )
-from .jobs import WorkerDied, fold_in_processes, fold_in_ray
+from .jobs import NoWorkers, WorkerDied, fold_in_processes, fold_in_ray
 
 __all__ = ["COMMAND", "render"]
 
@@ -42,13 +42,21 @@ lines of a seq read more than once are read again and compared, and lines
 that differ (a conflicting copy) are noted (conflicting_copies).
 
 Files are read in --jobs worker processes, one per usable core unless told:
-whole files, and byte ranges of a large plain .jsonl file. --ray reads them
-as Ray tasks instead; the files must then be readable by the same paths on
-every node. The output is the same in every case.
+whole files, and byte ranges of a large plain .jsonl file. A trace set with a
+path only this process can open (a pipe, /dev/stdin, <(...)) is read in this
+process, as is one where worker processes cannot be started (no usable
+/dev/shm: a warning says so). --ray reads them as Ray tasks instead; the
+files must then be readable by the same paths on every node. The output is
+the same in every case.
+
+Run from another program's main(["cost", ...]), cost reads in that process
+unless given --jobs N, and then the program must start from an
+`if __name__ == "__main__":` block, as Python's multiprocessing requires.
 
 Exit status (README, section Reference > Exit codes): 0 every figure computed,
 1 some figure could not be computed (shown as n/a, with the reason) or lines
-of one (run_id, seq) differ, or a worker died, 2 wrong usage or a missing file.
+of one (run_id, seq) differ, or a worker died, 2 wrong usage, a missing file,
+or --ray with a RAY_ADDRESS that is malformed or cannot be reached.
 """
 
 # Every figure adds up over stops but the points in time and the step.
@@ -58,15 +66,17 @@ _SUMMED = [f for f in FIGURES if f not in ("stop_time", "restored_step", "captur
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_paths(p)
     p.add_argument("--json", action="store_true", help='print {"stops": [...]} as JSON')
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--jobs",
         type=_jobs,
         default=None,
         metavar="N",
-        help="read in N worker processes (default: one per usable core; 1 reads in this "
-        "process); each takes whole files, or byte ranges of a large .jsonl file",
+        help="read in N worker processes (default: one per usable core, or 1 when called "
+        "from another program's main([...]); 1 reads in this process); each takes whole "
+        "files, or byte ranges of a large .jsonl file",
     )
-    p.add_argument(
+    where.add_argument(
         "--ray",
         action="store_true",
         help="read as Ray tasks, on the cluster RAY_ADDRESS names or else a local one "
@@ -98,9 +108,20 @@ def _first_read(files: list[str], args: argparse.Namespace) -> tuple[CostAnalysi
     """Every file folded into one analysis, and the bad lines met."""
     if args.ray:
         return fold_in_ray(files)
-    jobs = _usable_cores() if args.jobs is None else args.jobs
+    jobs = args.jobs
+    if jobs is None:
+        # Workers re-import the __main__ of the program that starts them: only
+        # the command line's own is known to be safe to (main.program).
+        jobs = _usable_cores() if getattr(args, "program", False) else 1
     if jobs > 1:
-        folded = fold_in_processes(files, jobs)
+        try:
+            folded = fold_in_processes(files, jobs)
+        except NoWorkers as exc:
+            print(
+                f"rollout-trace cost: warning: {exc}; reading in this process, as --jobs 1 does",
+                file=sys.stderr,
+            )
+            folded = None
         if folded is not None:
             return folded
     # Counted, the first few kept: a text log given by mistake is millions of them.

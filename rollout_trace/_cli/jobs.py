@@ -12,7 +12,14 @@ whichever finishes first.
 
 A worker that dies (killed, out of memory) breaks the pool: the command
 stops with an error naming the pieces it was reading. Ctrl-C stops every
-worker: they ignore SIGINT, and the parent ends the ones at work.
+worker: they ignore SIGINT, and the parent ends the ones at work. A parent
+that ends without a word (SIGKILL) takes its workers with it: each watches
+a pipe only the parent holds open, and leaves when it closes.
+
+Workers open the files by their paths, so a path another process cannot
+open as this one does (a pipe, ``<(...)``, ``/dev/stdin``) is read in one
+process; where worker processes cannot be started (no usable ``/dev/shm``),
+``NoWorkers`` says why, and the caller reads in one process too.
 """
 
 from __future__ import annotations
@@ -21,10 +28,15 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import socket
+import stat
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from importlib import import_module
+from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
 from .._analysis.cost import CostAnalysis, gc_paused
@@ -33,7 +45,16 @@ from .._reading.pieces import WHOLE, Piece, plan
 from .._reading.reader import TextRange, iter_blocks
 from .common import BadLines, progress_for
 
-__all__ = ["WorkerDied", "RayMissing", "Folded", "fold_pieces", "fold_in_processes", "fold_in_ray"]
+__all__ = [
+    "WorkerDied",
+    "NoWorkers",
+    "RayMissing",
+    "RayUnusable",
+    "Folded",
+    "fold_pieces",
+    "fold_in_processes",
+    "fold_in_ray",
+]
 
 # Where a piece is, in the array the workers share with the parent: the pid of
 # the worker reading it; below 0, not at work.
@@ -43,14 +64,28 @@ _STOPPED = -2  # its worker was ended by the pool or the parent
 # A test hook: a worker that reads a piece of a file whose name ends so kills
 # itself, as the kernel's OOM killer would.
 _DIE_ON = "_ROLLOUT_TRACE_TEST_WORKER_DIES_ON"
+# A test hook: a worker that reads a piece of a file whose name ends so stays
+# at it until it is ended.
+_HOLD_ON = "_ROLLOUT_TRACE_TEST_WORKER_HOLDS_ON"
+# How long `--ray` tries to reach the address RAY_ADDRESS gives before ray.init.
+_REACH_S = 5.0
 
 
 class WorkerDied(RolloutTraceError):
     """A worker process or Ray task ended before it handed its fold back."""
 
 
+class NoWorkers(RolloutTraceError):
+    """Worker processes cannot be started here (no usable ``/dev/shm``, ...): read in one."""
+
+
 class RayMissing(RolloutTraceError):
     """``--ray`` was given, and Ray is not installed."""
+
+
+class RayUnusable(RolloutTraceError):
+    """``--ray`` cannot run: a ``RAY_ADDRESS`` that is malformed or cannot be reached, a
+    cluster that cannot be joined or started, a path the Ray workers cannot open."""
 
 
 class Folded(NamedTuple):
@@ -67,13 +102,26 @@ _bytes: Any = None
 _current = -1
 
 
-def _start_worker(state: Any, done_bytes: Any) -> None:
+def _start_worker(state: Any, done_bytes: Any, parent: Connection) -> None:
     global _state, _bytes
     _state, _bytes = state, done_bytes
     # Ctrl-C reaches the whole process group: the parent ends the workers at
     # work, and the others leave when the pool shuts down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stopped)
+    threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
+
+
+def _watch(parent: Connection) -> None:
+    """End this worker when its parent is gone, however it ended (SIGKILL included).
+
+    The parent holds the only write end of ``parent``'s pipe and never
+    writes: the read returns when the parent closes it or its process ends.
+    (A pid would do too, but a pid is reused; a pipe is not.)
+    """
+    with contextlib.suppress(EOFError, OSError):
+        parent.recv_bytes()
+    os._exit(1)
 
 
 def _stopped(signum: int, _: Any) -> None:
@@ -94,6 +142,7 @@ def fold_pieces(task: Sequence[tuple[int, Piece]]) -> Folded:
     out = Folded(analysis, [], [])
     on_bytes = None if _bytes is None else _count_bytes
     die_on = os.environ.get(_DIE_ON)
+    hold_on = os.environ.get(_HOLD_ON)
     with gc_paused():
         for index, piece in task:
             if _state is not None:
@@ -101,6 +150,8 @@ def fold_pieces(task: Sequence[tuple[int, Piece]]) -> Folded:
                 _state[index] = os.getpid()
             if die_on and piece.path.endswith(die_on):
                 os.kill(os.getpid(), signal.SIGKILL)
+            while hold_on and piece.path.endswith(hold_on):
+                time.sleep(1)
             problems = BadLines()
             if piece.end == WHOLE:
                 for path, events, _ in iter_blocks(
@@ -160,31 +211,53 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context(method)
 
 
-def fold_in_processes(files: Sequence[str], jobs: int) -> tuple[CostAnalysis, BadLines] | None:
-    """The first read of ``files`` by ``jobs`` worker processes; None when one task holds it all.
+def shared(path: str) -> bool:
+    """Whether another process opens the file ``path`` names by that path, as this one does.
 
-    Raises ``WorkerDied`` when a worker dies, naming the pieces it was reading.
+    Not a pipe or a device, and not a path through ``/proc`` or ``/dev/fd``
+    (``/dev/stdin``, ``<(...)``): another process opens its own ``/dev/stdin``.
     """
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+    except OSError:
+        return False  # gone: read in this process, which says so as --jobs 1 does
+    at = os.path.abspath(path)
+    for _ in range(40):  # links followed, the kernel's own limit
+        folder, name = os.path.split(at)
+        folder = os.path.realpath(folder)
+        if folder in ("/proc", "/dev/fd") or folder.startswith("/proc/"):
+            return False
+        at = os.path.join(folder, name)
+        if not os.path.islink(at):
+            return True
+        at = os.path.join(folder, os.readlink(at))
+    return False
+
+
+def fold_in_processes(files: Sequence[str], jobs: int) -> tuple[CostAnalysis, BadLines] | None:
+    """The first read of ``files`` by ``jobs`` worker processes; None when it is for one process
+    (one task holds it all, or a path only this process can open: see ``shared``).
+
+    Raises ``WorkerDied`` when a worker dies, naming the pieces it was reading,
+    and ``NoWorkers`` when they cannot be started.
+    """
+    if not all(shared(f) for f in files):
+        return None
     pieces, tasks = plan(files, jobs)
     if len(tasks) < 2:
         return None  # a process of its own would only add its start-up
-    ctx = _context()
-    state: Any = ctx.Array("q", len(pieces), lock=False)
-    done_bytes: Any = ctx.Value("q", 0)
     merge = _Merge(pieces)
-    progress = progress_for(files)
-    pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(tasks)),
-        mp_context=ctx,
-        initializer=_start_worker,
-        initargs=(state, done_bytes),
-    )
+    # The workers' watch: the parent holds the only write end, and never writes.
+    watch, alive = multiprocessing.Pipe(duplex=False)
     try:
-        # The largest first, so that the last ones to finish are small.
-        order = sorted(tasks, key=lambda t: -sum(_weight(pieces[i]) for i in t))
-        futures: dict[Future[Folded], list[int]] = {
-            pool.submit(fold_pieces, [(i, pieces[i]) for i in task]): task for task in order
-        }
+        pool, futures, state, done_bytes = _start(pieces, tasks, min(jobs, len(tasks)), watch)
+    except BaseException:
+        alive.close()
+        watch.close()
+        raise
+    progress = progress_for(files)
+    try:
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
@@ -203,15 +276,46 @@ def fold_in_processes(files: Sequence[str], jobs: int) -> tuple[CostAnalysis, Ba
                 _end(at)
         pool.shutdown(wait=False, cancel_futures=True)
         raise
+    else:
+        pool.shutdown()
     finally:
         if progress is not None:
             progress.clear()
-    pool.shutdown()
+        alive.close()  # any worker still there leaves
+        watch.close()
     return merge.analysis, merge.problems()
 
 
-def _weight(piece: Piece) -> int:
-    return os.path.getsize(piece.path) if piece.end == WHOLE else piece.end - piece.start
+_Started = tuple[ProcessPoolExecutor, dict[Future[Folded], list[int]], Any, Any]
+
+
+def _start(
+    pieces: list[Piece], tasks: list[list[int]], workers: int, watch: Connection
+) -> _Started:
+    """The pool, its shared state, and every task handed to it; ``NoWorkers`` if it cannot be."""
+    pool = None
+    state: Any = None
+    try:
+        ctx = _context()
+        # Shared memory: a file in /dev/shm, which may be missing or read-only.
+        state = ctx.Array("q", len(pieces), lock=False)
+        done_bytes: Any = ctx.Value("q", 0)
+        pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=_start_worker,
+            initargs=(state, done_bytes, watch),
+        )
+        # Workers are started here (the tasks come largest first).
+        futures = {pool.submit(fold_pieces, [(i, pieces[i]) for i in t]): t for t in tasks}
+    except (OSError, ImportError) as exc:  # ImportError: a platform without sem_open
+        if pool is not None:
+            for at in state:
+                if at > 0:
+                    _end(at)
+            pool.shutdown(wait=False, cancel_futures=True)
+        raise NoWorkers(f"cannot start worker processes ({exc})") from None
+    return pool, futures, state, done_bytes
 
 
 def _end(pid: int) -> None:
@@ -231,12 +335,15 @@ def fold_in_ray(files: Sequence[str]) -> tuple[CostAnalysis, BadLines]:
     """The first read of ``files`` as Ray tasks: on the cluster ``RAY_ADDRESS`` names, else
     a local one. The workers open the files by the same paths."""
     ray = _import_ray()
+    for path in files:
+        if not shared(path):
+            raise RayUnusable(
+                f"--ray: Ray workers cannot open {path!r} by its path (a pipe, /dev/stdin or "
+                "<(...)?): give a file, or read without --ray"
+            )
     started = not ray.is_initialized()
     if started:
-        options: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
-        if not os.environ.get("RAY_ADDRESS"):
-            options["include_dashboard"] = False
-        ray.init(**options)
+        _init_ray(ray)
     try:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         pieces, tasks = plan(files, cpus)
@@ -263,6 +370,54 @@ def fold_in_ray(files: Sequence[str]) -> tuple[CostAnalysis, BadLines]:
     finally:
         if started:
             ray.shutdown()
+
+
+def _init_ray(ray: Any) -> None:
+    """``ray.init`` on the cluster ``RAY_ADDRESS`` names, else a local one; ``RayUnusable``
+    in one line if the address is malformed, cannot be reached, or Ray refuses it."""
+    address = os.environ.get("RAY_ADDRESS", "")
+    options: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+    if address:
+        _reach(address)
+    else:
+        options["include_dashboard"] = False
+    try:
+        ray.init(**options)
+    except (ValueError, ConnectionError, RuntimeError) as exc:
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = f"the Ray cluster at RAY_ADDRESS={address!r}" if address else "a local Ray cluster"
+        raise RayUnusable(f"--ray: cannot connect to {where}: {said}") from None
+
+
+def _reach(address: str) -> None:
+    """Check that the cluster ``address`` (RAY_ADDRESS) names answers on its port.
+
+    ``ray.init`` tries an address that does not answer for many minutes, deaf
+    to Ctrl-C and SIGTERM; Ray offers no time limit for it.
+    """
+    if address in ("auto", "local"):
+        return  # the local cluster `ray start` recorded, or a new one
+    scheme, _, rest = address.rpartition("://")
+    if scheme and scheme != "ray":
+        return  # a Ray Client plugin's scheme: Ray says what it makes of it
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")  # an IPv6 address: [::1]:6379
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if scheme:
+            return  # ray://host, the client's default port: Ray says what it makes of it
+        raise RayUnusable(
+            f"--ray: RAY_ADDRESS={address!r} is not a Ray cluster address: give host:port (the "
+            "head node's GCS, as `ray start --head` prints it), ray://host:port (Ray Client), "
+            "auto or local, or unset it to start a local cluster"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=_REACH_S):
+            pass
+    except OSError as exc:
+        said = f"no answer within {_REACH_S:g} s" if isinstance(exc, TimeoutError) else exc
+        raise RayUnusable(
+            f"--ray: cannot reach the Ray cluster at RAY_ADDRESS={address!r}: {said}"
+        ) from None
 
 
 def _import_ray() -> Any:

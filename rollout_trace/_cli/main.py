@@ -13,7 +13,7 @@ from .._version import __version__
 from . import cost, demo, summary, timeline, validate
 from .command import Command
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "program"]
 
 # Every subcommand, in the order `rollout-trace --help` lists them. Adding one
 # is adding its `Command` here.
@@ -88,11 +88,32 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``rollout-trace`` with ``argv`` (default: the process's); return the exit status."""
+    """Run ``rollout-trace`` with ``argv`` (default: the process's); return the exit status.
+
+    This is how another program runs a command, in its own process: ``cost``
+    starts worker processes only when given ``--jobs N`` (above 1), and the
+    program must then start from an ``if __name__ == "__main__":`` block,
+    as multiprocessing requires. ``program`` is the command line itself.
+    """
+    return _main(argv, program=False)
+
+
+def program() -> int:
+    """The ``rollout-trace`` program: its console script and ``python -m rollout_trace``.
+
+    ``main`` with the process's arguments, where ``cost`` reads in a worker
+    process per usable core unless told otherwise: the program's own
+    ``__main__`` is safe to start worker processes from.
+    """
+    return _main(None, program=True)
+
+
+def _main(argv: Sequence[str] | None, *, program: bool) -> int:
     try:
         args = _parse(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (status 2)
         return exc.code if isinstance(exc.code, int) else 2
+    args.program = program
     command = next(c for c in COMMANDS if c.name == args.command)
     try:
         return command.run(args)
@@ -115,4 +136,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(program())

@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from .._errors import TraceReadError
 from .reader import is_text
 
 __all__ = ["WHOLE", "Piece", "plan"]
@@ -48,9 +49,11 @@ def plan(files: Sequence[str], jobs: int) -> tuple[list[Piece], list[list[int]]]
 
     A file larger than a piece is cut into ranges if it is read as plain text
     (``reader.is_text``); smaller files are grouped, in file order, into
-    tasks of about a piece each.
+    tasks of about a piece each. The tasks come largest first, so that the
+    last ones to finish are small. A file that is gone raises the
+    ``TraceReadError`` a read of it would.
     """
-    sizes = [os.path.getsize(f) for f in files]
+    sizes = [_size(f) for f in files]
     target = max(_MIN_PIECE, -(-sum(sizes) // (jobs * _TASKS_PER_JOB)))
     pieces: list[Piece] = []
     weights: list[int] = []
@@ -74,4 +77,14 @@ def plan(files: Sequence[str], jobs: int) -> tuple[list[Piece], list[list[int]]]
             task, held = [], 0
     if task:
         tasks.append(task)
+    tasks.sort(key=lambda t: -sum(weights[i] for i in t))  # stable: file order among equals
     return pieces, tasks
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise TraceReadError(f"no such trace file: {path!r}") from None
+    except OSError as exc:
+        raise TraceReadError(f"cannot open trace file {path!r}: {exc}") from exc

@@ -9,7 +9,11 @@ infinity as ``null``. A line its own class would refuse to read back, or a
   exact types (``type(v) is int``), finite floats, literal sets, and a walk of
   ``Any`` and ``dict`` values for non-finite floats. Passing it is enough to be
   valid; failing it proves nothing (a str subclass in a str field, a numpy
-  array in an ``Any`` field fail it and are fine);
+  array in an ``Any`` field fail it and are fine). It leaves out what the
+  tracer stamps itself (``run_id``, ``seq``, and ``time`` from ``time.time``),
+  and walks a whole run of events of its class in one call, numbering them on
+  the way for the sync writer: on the writer's hot path a call per event, or a
+  second pass over the batch, costs about as much as the tests themselves;
 - for an event that fails it, the authoritative check: encode the one event,
   decode the line with a decoder of its class, and see whether a ``null`` in it
   stands for a NaN or an infinity. Only this calls an event invalid, with a
@@ -20,10 +24,9 @@ from __future__ import annotations
 
 import keyword
 import math
-import operator
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -31,6 +34,7 @@ import msgspec.inspect as mi
 import orjson
 
 from .events import Event
+from .reasons import Found, allowed, nan_behind_null, non_finite_in, show
 
 __all__ = ["BatchEncoder", "encode_one"]
 
@@ -54,24 +58,49 @@ def encode_one(obj: Any) -> bytes:
 
 
 _Check = Callable[[Any], bool]
-_CALL: Callable[[Any, Any], bool] = getattr(operator, "call", lambda f, x: f(x))  # 3.10
+# A check of a run of events of one class: the first event, the rest of the
+# batch's iterator, and the seq of the first (None: they are numbered
+# already). Returns the seq of the next event and False at an event that
+# fails, the first event of another class (the next run's first), or True at
+# the batch's end.
+_RunCheck = Callable[[Any, Iterator[Any], Any], tuple[Any, Any]]
 
 
 class BatchEncoder:
     """Encodes a batch of events into one bytes object of lines, leaving out invalid ones."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, own_time: bool = False) -> None:
+        """``own_time``: every event's ``time`` comes from ``time.time()``, stamped
+        by the tracer (a finite float), so the checks leave it out too."""
         self._encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+        self._own_time = own_time
 
-    def encode(self, events: Sequence[Event]) -> tuple[bytes, list[tuple[Event, str]]]:
+    def encode(
+        self, events: Sequence[Event], first_seq: int | None = None
+    ) -> tuple[bytes, list[tuple[Event, str]]]:
         """Return the JSON lines of the valid events, in order, each ending in ``\\n``,
-        and every invalid event with a one-line reason."""
-        if _all_pass(events):
+        and every invalid event with a one-line reason.
+
+        ``run_id`` and ``seq`` are the caller's to stamp and are not checked
+        (``_STAMPED``); every other field is. With ``first_seq``, the events
+        are numbered from it here, in the same pass as their check.
+        """
+        if _all_pass(events, first_seq, self._own_time):
             try:
                 return self._encoder.encode_lines(events), []
             except Exception:  # a value the check let by that does not encode
                 pass
+        elif first_seq is not None:  # the check stopped short of the end
+            for seq, ev in enumerate(events, first_seq):
+                ev.seq = seq
         return self._encode_one_by_one(events)
+
+    @staticmethod
+    def prepare(classes: Iterable[type[Event]]) -> None:
+        """Build the checks of ``classes`` now: a class's first batch pays for it
+        otherwise (a millisecond or more, for ``trace_closed`` in a close)."""
+        for cls in classes:
+            _rules(cls)
 
     def _encode_one_by_one(self, events: Sequence[Event]) -> tuple[bytes, list[tuple[Event, str]]]:
         buf = bytearray()
@@ -104,30 +133,40 @@ class BatchEncoder:
 
 # --- the checks, one per class ----------------------------------------------------
 
-# Every class checked so far: its fast check, for the batch path.
-_CHECKS: dict[type[Any], _Check] = {}
+# Every class checked so far: what it allows.
 _RULES: dict[type[Any], _Rules] = {}
+# The envelope fields the tracer stamps itself (with these types): no event
+# can carry anything else there, so the checks leave them out. ``time`` comes
+# from a clock, which may be the user's: checked, unless it is ``time.time``.
+_STAMPED: dict[str, type[mi.Type]] = {"run_id": mi.StrType, "seq": mi.IntType}
+_OWN_TIME: dict[str, type[mi.Type]] = {**_STAMPED, "time": mi.FloatType}
 
 
-def _all_pass(events: Sequence[Event]) -> bool:
-    """Whether every event passes its class's fast check."""
-    # The whole batch in C but for the checks themselves. A class not seen
-    # before has no check yet (calling None fails): build it, and try again.
-    for attempt in range(2):
-        try:
-            return all(map(_CALL, map(_CHECKS.get, map(type, events)), events))
-        except Exception:  # also a check that hit the recursion limit
-            if attempt == 0:
-                for cls in set(map(type, events)) - _CHECKS.keys():
-                    _rules(cls)
-    return False
+def _all_pass(events: Sequence[Event], seq: int | None = None, own_time: bool = False) -> bool:
+    """Whether every event passes its class's fast check; with ``seq``, each
+    is numbered on the way, from ``seq`` on.
+
+    Each class's check walks the batch itself from where the last one stopped,
+    up to the first event of another class, which it hands back: a batch of
+    one class costs one call, not one per event, and one pass over the batch.
+    """
+    it = iter(events)
+    stop: Any = next(it, True)
+    try:
+        while stop is not True:
+            if stop is False:
+                return False
+            rules = _RULES.get(type(stop)) or _rules(type(stop))
+            stop, seq = (rules.run_own_time if own_time else rules.run)(stop, it, seq)
+    except Exception:  # a check that hit the recursion limit, say
+        return False
+    return True
 
 
 def _rules(cls: type[Event]) -> _Rules:
     rules = _RULES.get(cls)
     if rules is None:
         rules = _RULES[cls] = _Rules(cls)
-        _CHECKS[cls] = rules.check
     return rules
 
 
@@ -138,6 +177,8 @@ class _Rules:
         self.cls = cls
         self.fields: tuple[mi.Field, ...] = ()
         self.check: _Check = _never
+        self.run: _RunCheck = _never_run
+        self.run_own_time: _RunCheck = _never_run
         self._decoder: msgspec.json.Decoder[Any] | None = None
         # Why no event of this class can be checked (and so written), if so.
         self._broken: str | None = None
@@ -145,7 +186,7 @@ class _Rules:
             info = mi.type_info(cls)
             assert isinstance(info, mi.StructType)
             self._decoder = msgspec.json.Decoder(cls)
-            self.check = _compile_check(cls, info.fields)
+            self.check, self.run, self.run_own_time = _compile_checks(cls, info.fields)
         except Exception as exc:  # an annotation that does not resolve, say
             self._broken = f"its class {cls.__qualname__} cannot be read back: {exc}"
             return
@@ -169,7 +210,7 @@ class _Rules:
             return self._refused(ev, exc)
         if b"null" in line:
             for f in self.fields:
-                found = _nan_behind_null(getattr(ev, f.name), getattr(back, f.name))
+                found = nan_behind_null(getattr(ev, f.name), getattr(back, f.name))
                 if found is not None:
                     return self._non_finite(ev, f, found)
         return None
@@ -182,7 +223,7 @@ class _Rules:
             except Exception as field_exc:
                 return (
                     f"{self.prefix(ev)}: field {f.name!r} cannot be encoded as JSON, "
-                    f"got {_show(value)}: {field_exc}"
+                    f"got {show(value)}: {field_exc}"
                 )
         return f"{self.prefix(ev)}: cannot be encoded as JSON: {exc}"
 
@@ -194,21 +235,21 @@ class _Rules:
             return f"{self.prefix(ev)}: {detail}"
         value = getattr(ev, f.name)
         if "got `null`" in detail:
-            found = _non_finite_in(value)
+            found = non_finite_in(value)
             if found is not None:
                 return self._non_finite(ev, f, found)
-        allowed = _allowed(f.type)
-        reason = f"{self.prefix(ev)}: field {f.name!r} must be {allowed}, got {_show(value)}"
+        allows = allowed(f.type)
+        reason = f"{self.prefix(ev)}: field {f.name!r} must be {allows}, got {show(value)}"
         if match.group(2):  # msgspec's words point inside the value: keep them
             reason += f" ({detail})"
         return reason
 
-    def _non_finite(self, ev: Event, f: mi.Field, found: _Found) -> str:
+    def _non_finite(self, ev: Event, f: mi.Field, found: Found) -> str:
         path, value = found
         if path:
-            what = f"must hold finite numbers only, got {_show(value)} at {path}"
+            what = f"must hold finite numbers only, got {show(value)} at {path}"
         else:
-            what = f"must be a finite number, got {_show(value)}"
+            what = f"must be a finite number, got {show(value)}"
         return f"{self.prefix(ev)}: field {f.name!r} {what}: JSON cannot hold NaN or infinity"
 
 
@@ -216,13 +257,16 @@ class _Rules:
 _AT_FIELD = re.compile(r"at `\$\.([^.\[`]+)([^`]*)`")
 
 
-def _compile_check(
+def _compile_checks(
     cls: type[Any], fields: tuple[mi.Field, ...], seen: frozenset[type[Any]] = frozenset()
-) -> _Check:
-    """A function that is True only for an event whose values all fit ``fields``.
+) -> tuple[_Check, _RunCheck, _RunCheck]:
+    """A check that is True only for a struct whose values all fit ``fields``;
+    the same check of a run of them (see ``_all_pass``); and that run again
+    for events whose ``time`` came from ``time.time()``.
 
-    Generated as one function of straight-line tests: a loop over per-field
-    closures would cost a call for each field of each event.
+    Generated as straight-line tests: a loop over per-field closures would
+    cost a call for each field of each event. An event's fields the tracer
+    stamps itself are left out (``_STAMPED``; ``seen`` is empty for an event).
     """
     np_ints, np_floats = _numpy_scalars()
     namespace: dict[str, Any] = {
@@ -234,17 +278,66 @@ def _compile_check(
         "_INT": _INT,
         "_NP_INTS": np_ints,
         "_NP_FLOATS": np_floats,
+        "_cls": cls,
+        "_NONE": type(None),
     }
-    body = []
+    every, own = [], []  # the tests of the fields: all, and but the time
     for f in fields:
-        test = _test(f.type, "v", namespace, seen | {cls})
-        if test is None or not f.name.isidentifier() or keyword.iskeyword(f.name):
-            return _never
-        body.append(f"    v = ev.{f.name}\n    if not ({test}):\n        return False\n")
-    source = f"def check(ev):\n{''.join(body)}    return True\n"
+        if not seen and _stamped(f, _STAMPED):
+            continue
+        if not f.name.isidentifier() or keyword.iskeyword(f.name):
+            return _never, _never_run, _never_run
+        test = _test(f.type, f"ev.{f.name}", namespace, seen | {cls})
+        if test is None:
+            return _never, _never_run, _never_run
+        every.append(f"({test})")
+        if seen or not _stamped(f, _OWN_TIME):
+            own.append(f"({test})")
+    ok = " and ".join(every) or "True"
+    # The run checks see every name they use as a local (a default of a
+    # keyword-only argument): a global or builtin lookup per use costs a
+    # tenth of a field's test.
+    names = sorted({*_BUILTINS_USED, *(k for k in namespace if not k.startswith("__"))})
+    binds = ", ".join(f"{n}={n}" for n in names)
+    source = (
+        f"def check(ev):\n    return bool({ok})\n"
+        + _run_source("run", ok, binds)
+        + _run_source("run_own_time", " and ".join(own) or "True", binds)
+    )
     exec(compile(source, f"<rollout_trace check of {cls.__qualname__}>", "exec"), namespace)
-    check: _Check = namespace["check"]
-    return check
+    return namespace["check"], namespace["run"], namespace["run_own_time"]
+
+
+# The builtins the tests of ``_test`` call.
+_BUILTINS_USED = ("all", "bool", "dict", "float", "int", "list", "map", "set", "str", "type")
+
+
+def _run_source(name: str, ok: str, binds: str) -> str:
+    """A run check (``_RunCheck``) named ``name`` whose test of ``ev`` is ``ok``:
+    numbering the events on the way (from ``seq``), or not (``seq`` None);
+    ``binds`` makes the names it uses locals."""
+    return (
+        f"def {name}(ev, it, seq, *, {binds}):\n"
+        f"    if seq is None:\n"
+        f"        if not ({ok}):\n            return False, None\n"
+        f"        for ev in it:\n"
+        f"            if type(ev) is not _cls:\n                return ev, None\n"
+        f"            if not ({ok}):\n                return False, None\n"
+        f"        return True, None\n"
+        f"    ev.seq = seq\n"
+        f"    if not ({ok}):\n        return False, seq\n"
+        f"    for ev in it:\n"
+        f"        seq += 1\n"
+        f"        if type(ev) is not _cls:\n            return ev, seq\n"
+        f"        ev.seq = seq\n"
+        f"        if not ({ok}):\n            return False, seq\n"
+        f"    return True, seq + 1\n"
+    )
+
+
+def _stamped(f: mi.Field, skip: dict[str, type[mi.Type]]) -> bool:
+    kind = skip.get(f.name)
+    return kind is not None and isinstance(f.type, kind) and _plain(f.type)
 
 
 def _numpy_scalars() -> tuple[frozenset[type], frozenset[type]]:
@@ -264,6 +357,10 @@ def _never(ev: Any) -> bool:
     return False
 
 
+def _never_run(ev: Any, it: Iterator[Any], seq: Any) -> tuple[bool, Any]:
+    return False, seq
+
+
 # An int this far from zero is a float field's value for certain; past about
 # 2**1024 msgspec refuses it ("Number out of range").
 _BIG = 1 << 1000
@@ -277,6 +374,8 @@ _EXACT: dict[type[mi.Type], type] = {
     mi.BoolType: bool,
     mi.NoneType: type(None),
 }
+# How the checks name them (None: a name of its own).
+_EXACT_NAMES: dict[type, str] = {str: "str", int: "int", bool: "bool", type(None): "_NONE"}
 _FLOAT_OR_INT = frozenset({float, int})  # a bool is no float: msgspec refuses `true`
 _NUMS = _FLOAT_OR_INT | {bool}  # what Any holds as numbers
 
@@ -314,8 +413,11 @@ def _test(t: mi.Type, v: str, ns: dict[str, Any], seen: frozenset[type[Any]]) ->
         test = f"({test}) and {v} in {name}"
         return f"{v} is None or {test}" if None in t.values else test
     if isinstance(t, mi.UnionType):
-        exact = [_EXACT.get(type(sub)) for sub in t.types if _plain(sub)]
-        if None not in exact and len(exact) == len(t.types):  # int | str: one lookup
+        found = [_EXACT.get(type(sub)) for sub in t.types if _plain(sub)]
+        exact = [k for k in found if k is not None]
+        if len(exact) == len(t.types):
+            if len(exact) <= 3:  # int | str: a comparison or two (a set lookup costs more)
+                return " or ".join(f"type({v}) is {_EXACT_NAMES[k]}" for k in exact)
             name = f"_union{len(ns)}"
             ns[name] = frozenset(exact)
             return f"type({v}) in {name}"
@@ -348,7 +450,7 @@ def _test(t: mi.Type, v: str, ns: dict[str, Any], seen: frozenset[type[Any]]) ->
         each = _item_check(value, ns, seen)
         return None if each is None else f"{keys} and all(map({each}, {v}.values()))"
     if isinstance(t, mi.StructType) and t.cls not in seen:  # a struct nested in a field
-        nested = _compile_check(t.cls, t.fields, seen)
+        nested = _compile_checks(t.cls, t.fields, seen)[0]
         if nested is _never:
             return None
         name = f"_struct{len(ns)}"
@@ -410,149 +512,3 @@ def _deep_ok(v: Any) -> bool:
             return _finite_sum(v)
         return all(map(_deep_ok, v))
     return False
-
-
-# --- finding the NaN behind a null ------------------------------------------------
-
-_Found = tuple[str, Any]  # where, as "['loss'][1]" ("" for the value itself), and what
-
-
-def _nan_behind_null(orig: Any, back: Any, path: str = "") -> _Found | None:
-    """A non-finite float in ``orig`` that became a null in ``back``, its decoded line.
-
-    Follows ``back``'s nulls into ``orig`` through dicts, lists, attributes and
-    numpy's ``tolist()``; a null that was None (or anything but a NaN or an
-    infinity) is fine.
-    """
-    if back is None:
-        return _non_finite_in(orig, path)
-    orig = _as_plain(orig)
-    if isinstance(back, dict):
-        for key, item in back.items():
-            child = _child(orig, key)
-            found = None if child is _MISSING else _nan_behind_null(child, item, f"{path}[{key!r}]")
-            if found is not None:
-                return found
-    elif isinstance(back, list):
-        if not isinstance(orig, (list, tuple)):  # a set: no order to follow
-            return _non_finite_in(orig, path)
-        for i, (o, item) in enumerate(zip(orig, back, strict=False)):
-            found = _nan_behind_null(o, item, f"{path}[{i}]")
-            if found is not None:
-                return found
-    elif isinstance(back, msgspec.Struct):
-        for name in back.__struct_fields__:
-            child = getattr(orig, name, None)
-            found = _nan_behind_null(child, getattr(back, name), f"{path}.{name}")
-            if found is not None:
-                return found
-    return None
-
-
-def _non_finite_in(value: Any, path: str = "") -> _Found | None:
-    """The first NaN or infinity anywhere in ``value``, and where."""
-    value = _as_plain(value)
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (path, value)
-    items: Any
-    if isinstance(value, dict):
-        items = ((f"[{k!r}]", x) for k, x in value.items())
-    elif isinstance(value, (list, tuple)):
-        items = ((f"[{i}]", x) for i, x in enumerate(value))
-    elif isinstance(value, (set, frozenset)):
-        items = (("[in a set]", x) for x in value)
-    elif isinstance(value, msgspec.Struct):
-        items = ((f".{n}", getattr(value, n)) for n in value.__struct_fields__)
-    else:
-        return None
-    for step, item in items:
-        found = _non_finite_in(item, path + step)
-        if found is not None:
-            return found
-    return None
-
-
-_MISSING = object()
-
-
-def _child(orig: Any, key: Any) -> Any:
-    if isinstance(orig, dict):
-        if key in orig:
-            return orig[key]
-        # An int key is written as a string; an Any field reads it back so.
-        return next((v for k, v in orig.items() if str(k) == key), _MISSING)
-    return getattr(orig, key, _MISSING) if isinstance(key, str) else _MISSING
-
-
-def _as_plain(value: Any) -> Any:
-    # numpy arrays and scalars (written through orjson) as Python values.
-    if type(value) in _ATOMS or isinstance(value, (float, list, tuple, dict)):
-        return value
-    tolist = getattr(value, "tolist", None)
-    return tolist() if callable(tolist) else value
-
-
-# --- reasons ----------------------------------------------------------------------
-
-
-def _allowed(t: mi.Type) -> str:
-    """``t`` in words for a reason: ``int``, ``list[str]``, ``one of 'a', 'b'``."""
-    if isinstance(t, mi.LiteralType):
-        return "one of " + ", ".join(map(repr, t.values))
-    return _spell(t)
-
-
-def _spell(t: mi.Type) -> str:
-    base = _spell_base(t)
-    if not isinstance(t, _CONSTRAINED):
-        return base
-    # As in `Annotated[int, Meta(ge=0)]`: the fields of the type that are not types.
-    limits = [
-        f"{name}={getattr(t, name)!r}"
-        for name in t.__struct_fields__
-        if not name.endswith("_type") and getattr(t, name) is not None
-    ]
-    return f"{base} with {', '.join(limits)}" if limits else base
-
-
-_CONSTRAINED = (
-    mi.IntType,
-    mi.FloatType,
-    mi.StrType,
-    mi.ListType,
-    mi.SetType,
-    mi.FrozenSetType,
-    mi.VarTupleType,
-    mi.DictType,
-)
-
-
-def _spell_base(t: mi.Type) -> str:
-    if isinstance(t, mi.UnionType):
-        return " | ".join(_spell(sub) for sub in t.types)
-    if isinstance(t, mi.LiteralType):
-        return " | ".join(map(repr, t.values))
-    if isinstance(t, mi.Metadata):
-        return _spell(t.type)
-    if isinstance(t, (mi.ListType, mi.SetType, mi.FrozenSetType)):
-        name = {mi.ListType: "list", mi.SetType: "set", mi.FrozenSetType: "frozenset"}[type(t)]
-        return f"{name}[{_spell(t.item_type)}]"
-    if isinstance(t, mi.VarTupleType):
-        return f"tuple[{_spell(t.item_type)}, ...]"
-    if isinstance(t, mi.TupleType):
-        return f"tuple[{', '.join(map(_spell, t.item_types))}]"
-    if isinstance(t, mi.DictType):
-        return f"dict[{_spell(t.key_type)}, {_spell(t.value_type)}]"
-    cls = getattr(t, "cls", None)
-    if isinstance(cls, type):
-        return cls.__name__
-    name = type(t).__name__.removesuffix("Type")
-    return name if name in ("Any", "None") else name.lower()
-
-
-def _show(value: Any) -> str:
-    """``str 'one'``: the type and a short repr of a bad value."""
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{type(value).__name__} {text}"

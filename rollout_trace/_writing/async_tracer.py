@@ -17,7 +17,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._errors import TracerStateError
-from .._internals import forget_native_cancel, is_cancellation, peek_count
+from .._internals import forget_native_cancel, is_cancellation, lend_gil, peek_count, restore_gil
 from .._schema.events import Event
 from .._schema.registry import REGISTRY
 from . import hooks
@@ -109,6 +109,7 @@ class Tracer(TracerFacade):
         types = REGISTRY.emit_types
         now = self._config.clock
         copy_event = copy.copy
+        run_id = self._engine.run_id
         # Bound to this run: an emit kept from it must not touch a later run.
         on_batch = functools.partial(self._on_batch, self._engine, pending)
         # Past it, emit calls on_batch; closing sets it to 0, so that every
@@ -116,15 +117,17 @@ class Tracer(TracerFacade):
         limit = self._config.batch_size
 
         def emit(ev: Event) -> None:
-            urgent = types.get(type(ev))
-            if urgent is None:
-                raise not_an_event(ev)
+            try:
+                urgent = types[type(ev)]
+            except KeyError:
+                raise not_an_event(ev) from None
             if ev.seq >= 0:
                 # Emitted before: the queued object keeps its own envelope.
                 ev = copy_event(ev)
             try:
                 ev.time = now()
                 ev.seq = next_seq()
+                ev.run_id = run_id
             except AttributeError:
                 raise frozen_event(ev) from None
             append(ev)
@@ -294,6 +297,7 @@ class Tracer(TracerFacade):
         return next(self._seq), deadline
 
     def _end_close(self) -> None:
+        restore_gil()
         self._send.close()
         self._receive.close()
         self.emit = self._emit_not_open
@@ -340,6 +344,7 @@ class Tracer(TracerFacade):
                     if self._stop:
                         break
                     self._take(everything=self._due())
+                    self._lend_gil_if_starved()
                     if self._orphaned_at is not None and self._orphan_expired():
                         # The close waits for the pump to be done: it is.
                         self._pump_done = True
@@ -371,6 +376,22 @@ class Tracer(TracerFacade):
                 await self._wake.wait()
             if self._wake.is_set():
                 self._wake = anyio.Event()
+
+    def _lend_gil_if_starved(self) -> None:
+        """Lend the GIL (``lend_gil``) while a sink's thread is starved of it.
+
+        A busy loop takes the GIL back from its own selector polls before a
+        sink's thread waiting for it can: that thread then writes nothing
+        while the loop stays busy, and everything is left for the close. The
+        loop is never put to sleep for it. The sink's thread puts the switch
+        interval back once it has caught up (or the pump does, once no sink
+        has anything to write).
+        """
+        starved = self._engine.sink_starved()
+        if starved:
+            lend_gil()
+        elif starved is None:
+            restore_gil()
 
     def _due(self) -> bool:
         return (

@@ -15,7 +15,12 @@ from .specs import ENV_VAR, SinkSpec, capture_override, parse_uri, uris_from_env
 
 __all__ = ["TracerConfig", "TraceCounts", "noop_emit"]
 
-DEFAULT_BUFFER = 65_536
+# Events held at most (about 36 MiB of attempt_dispatched events when full).
+# A thread emitting flat out outruns a writer thread that shares the GIL with
+# it whenever the writer is held up: the writer waits a switch interval for the
+# GIL after every write, and on a busy machine the system may not run it for
+# tens of milliseconds. A quarter of a million events rides that out.
+DEFAULT_BUFFER = 262_144
 DEFAULT_BATCH = 4_096
 DEFAULT_FLUSH_INTERVAL = 0.25
 DEFAULT_CLOSE_TIMEOUT = 10.0

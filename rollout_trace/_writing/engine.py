@@ -7,10 +7,14 @@ sink's thread. What takes time (opening, flushing, closing) is written once,
 as steps that yield ``Wait``s; each facade drives the steps with its own way
 of waiting (``drive_blocking`` or ``drive_async``), so both tracers follow one
 state machine with one set of counts.
+
+An engine built ``direct`` (the sync tracer's) writes to a lone sink on the
+thread that calls ``process``; the event loop never does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import os
@@ -39,6 +43,13 @@ _INF = math.inf
 # The share of the close deadline spent draining; the rest is for trace_closed
 # and closing the sinks.
 DRAIN_SHARE = 0.8
+# A sink's thread with batches to write that has not had the GIL for this long
+# (two switch intervals) is starved by the thread that holds it.
+STARVED = 0.01
+# A thread inside a sink's call is blocked in the system (a slow or hung sink,
+# which wants no GIL) or back from it and waiting for the GIL: the two cannot be
+# told apart from here. A call this short is taken for the second.
+LEND_IN_CALL = 0.1
 T = TypeVar("T")
 
 
@@ -69,8 +80,10 @@ Steps = Generator[Wait, None, T]
 class Engine:
     """One run: its identity, its sinks, and the counts ``trace_closed`` reports."""
 
-    def __init__(self, config: TracerConfig) -> None:
+    def __init__(self, config: TracerConfig, *, direct: bool = False) -> None:
         self.config = config
+        # The thread that calls process() writes to a lone sink itself.
+        self.direct = direct
         self.clock = config.clock
         self.run_id = uuid.uuid4().hex
         self.pid = os.getpid()
@@ -85,7 +98,7 @@ class Engine:
         self.lost = 0
         self.first_lost: float = _INF
         self.final: TraceClosed | None = None
-        self._encoder = BatchEncoder()
+        self._encoder = BatchEncoder(own_time=config.clock is time.time)
         self._written_lock = threading.Lock()
         self._progress = threading.Condition()
         self._warned_invalid = False
@@ -118,18 +131,22 @@ class Engine:
 
     # --- the hot part: events to bytes to sinks --------------------------------
 
-    def process(self, events: Sequence[Event]) -> None:
-        """Encode ``events`` (in seq order) and hand them to every sink; never raises."""
+    def process(self, events: Sequence[Event], first_seq: int | None = None) -> None:
+        """Encode and check ``events`` (in seq order) once and hand them to every
+        sink; never raises.
+
+        ``emit`` stamped their ``time`` and ``run_id`` (and the async tracer's
+        their ``seq``). The sync tracer's writer numbers them in the order they
+        arrived: from ``first_seq`` on, in the same pass as their check.
+        """
         if not events:
             return
         try:
-            run_id = self.run_id
-            for ev in events:
-                ev.run_id = run_id
-            data, bad = self._encoder.encode(events)
+            data, bad = self._encoder.encode(events, first_seq)
         except Exception as exc:
             # Nothing in one batch may stop the run: the batch counts as lost.
-            self.note_lost(len(events), min(ev.seq for ev in events))
+            first = min(ev.seq for ev in events) if first_seq is None else first_seq
+            self.note_lost(len(events), first)
             if not self._warned_broken:
                 self._warned_broken = True
                 logger.error(
@@ -185,6 +202,26 @@ class Engine:
         with self._progress:
             self._progress.notify_all()
 
+    def sink_starved(self) -> bool | None:
+        """Whether a live sink's thread has had batches to write, and no turn of
+        the GIL, for longer than ``STARVED``; None when no sink's thread may be
+        waiting for the GIL: none has batches to write, or each is in a call
+        that has lasted ``LEND_IN_CALL`` (a slow or hung sink, blocked in the
+        system), so that such a sink does not keep the interval short."""
+        now = time.monotonic()
+        waiting = starved = False
+        for r in self.runners:
+            if not r.live or r.direct or r.behind_since == _INF:
+                continue
+            busy_since = r.busy_since
+            if busy_since is None:
+                waiting = True
+                starved = starved or now - max(r.turn_at, r.behind_since) > STARVED
+            elif now - busy_since < LEND_IN_CALL:
+                waiting = True
+                starved = starved or now - busy_since > STARVED
+        return starved if waiting else None
+
     def check_stalls(self) -> None:
         now = time.monotonic()
         for runner in self.runners:
@@ -194,15 +231,52 @@ class Engine:
     def live_sinks(self) -> list[SinkRunner]:
         return [r for r in self.runners if r.live]
 
+    @property
+    def writer_stuck(self) -> bool:
+        """The thread that writes to a direct sink is inside a call given up as hung."""
+        return any(r.direct and r.stalled for r in self.runners)
+
+    def give_up(self, next_seq: int, reason: str) -> None:
+        """The close's deadline passed before the writer thread got to the close:
+        fix the counts (``finalize``) and stop every sink at one instant.
+
+        No write starts, and none is counted, after it: what the writer thread
+        still holds is lost, and it does not write past the deadline. A call
+        under way then (a direct sink's, or a sink thread's) may still finish;
+        its events count as dropped. If the writer thread's own close has
+        fixed the counts already, it has dealt with the sinks.
+        """
+        stopped: list[tuple[SinkRunner, list[FlushMark]]] = []
+        with contextlib.ExitStack() as held:
+            for runner in self.runners:
+                held.enter_context(runner.lock)
+            if self.final is None:
+                for runner in self.runners:
+                    marks = runner.stop_held(reason)
+                    if marks is not None:
+                        stopped.append((runner, marks))
+                self.finalize(next_seq)
+        for runner, marks in stopped:
+            runner.report_stop(reason, marks)
+
     # --- steps: open, flush, close ----------------------------------------------
 
-    def opening(self, specs: Sequence[SinkSpec]) -> Steps[None]:
-        """Build and open every sink, each in its thread, or none (``SinkOpenError``)."""
+    def opening(self, specs: Sequence[SinkSpec], *, announce: bool = True) -> Steps[None]:
+        """Build and open every sink, each in its thread, or none (``SinkOpenError``).
+
+        Then write ``trace_opened``, unless ``announce`` is False: the caller
+        calls ``announce()`` itself once it has said the run is open (a direct
+        sink is written by the caller, and its first write may hang).
+        """
+        BatchEncoder.prepare((TraceOpened, TraceClosed))
         uris_sinks = build_sinks(specs, run_id=self.run_id, pid=self.pid, host=self.host)
         # A sink may fall this far behind (its thread waits for the GIL while
         # the program emits flat out) before it loses batches.
         cap = 2 * max(self.config.buffer, self.config.batch_size)
-        self.runners = [SinkRunner(uri, sink, cap, self._notify) for uri, sink in uris_sinks]
+        direct = self.direct and len(uris_sinks) == 1
+        self.runners = [
+            SinkRunner(uri, sink, cap, self._notify, direct=direct) for uri, sink in uris_sinks
+        ]
         started: list[SinkRunner] = []
         try:
             for runner in self.runners:
@@ -236,6 +310,11 @@ class Engine:
             self.state = State.CLOSED
             raise
         self.state = State.OPEN
+        if announce:
+            self.announce()
+
+    def announce(self) -> None:
+        """Write ``trace_opened``, the run's first line."""
         self.write_lifecycle(
             TraceOpened(
                 time=self.clock(),
@@ -344,7 +423,11 @@ class Engine:
         return True
 
     def wait_event(self, event: threading.Event, end: float) -> bool:
-        """Block until ``event`` is set or ``end``; hung sinks are noticed meanwhile."""
+        """Block until ``event`` is set or ``end``; hung sinks are noticed meanwhile.
+
+        ``False`` at once when the writer thread is stuck in a call to a direct
+        sink given up as hung: it sets nothing any more.
+        """
         while True:
             left = end - time.monotonic()
             if event.wait(max(0.0, min(left, 0.05))):
@@ -352,6 +435,8 @@ class Engine:
             if left <= 0:
                 return False
             self.check_stalls()
+            if self.writer_stuck:
+                return event.is_set()
 
     async def wait_async(self, wait: Wait, *, patient: bool) -> int:
         """Poll until the wait is over, without waking while nothing is waited for.

@@ -1,10 +1,17 @@
-"""One sink and the daemon thread that makes every one of its calls.
+"""One sink and the daemon thread that makes its calls.
 
 Encoded batches arrive from the engine without waiting; the thread writes
 them in order and acknowledges each. Only what a sink acknowledged counts as
 written by it. A sink that fails is reported once and written to no more; one
 that falls behind by more than its share of the buffer loses batches (counted)
 rather than holding up the other sinks or the program.
+
+A ``direct`` runner is written and flushed by the thread that hands it the
+batches (the sync tracer's writer thread, for a lone sink): a thread of its
+own would cost each batch two more turns of the GIL, each a switch interval
+long while the program emits. Its thread only opens and closes the sink. If
+one of its calls hangs, the writer thread hangs with it; the sink is given up
+after ``close_timeout`` as any other (``Engine.writer_stuck``).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 
 from sinks import Sink
 
-from .._internals import first_caller
+from .._internals import first_caller, restore_gil
 from .hooks import keep_signals_off_this_thread
 
 __all__ = ["Batch", "FlushMark", "SinkRunner", "logger"]
@@ -70,27 +77,51 @@ class FlushMark:
 
 _CLOSE = object()
 _DISCARD = object()
+# A sink's thread joins queued batches into one write until it holds this many
+# bytes. A thread that waits for the GIL after every call can go without a turn
+# for a hundred milliseconds while the program keeps its event loop busy: when
+# it gets one, it catches up in a few calls. Joining (a copy) is paid only then.
+_GATHER = 1 << 23
+# A direct sink's writes (see SinkRunner._write_pieces): the writer thread
+# drains the whole queue at once, which can be a buffer's worth of events
+# (tens of MiB) after a slow write.
+_PIECE = 1 << 20
 
 
 class SinkRunner:
     """A sink and its thread: ``submit()`` and ``mark()`` never block."""
 
-    def __init__(self, uri: str, sink: Sink, cap: int, on_progress: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        uri: str,
+        sink: Sink,
+        cap: int,
+        on_progress: Callable[[], None],
+        *,
+        direct: bool = False,
+    ) -> None:
         self.uri = uri
         self.sink = sink
         self.cap = cap  # events this sink may have queued before it loses batches
+        self.direct = direct  # written and flushed by the caller of submit() and mark()
         self._on_progress = on_progress
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        # Held to change ``live`` and to count a write: a run given up at its
+        # close deadline stops its sinks and fixes its counts under it.
+        self.lock = threading.Lock()
         self.live = False
         self.error: str | None = None
         self.written = 0  # events this sink acknowledged
         self.lost = 0  # events handed to the run that this sink did not write
         self.first_lost: float = _INF  # the lowest seq among them
         self._handed = 0  # events handed (engine's thread only)
-        self._done = 0  # events finished, written or not (this sink's thread only)
+        self._done = 0  # events finished, written or not (the thread that writes only)
         self._marks: list[FlushMark] = []
         self.busy_since: float | None = None
+        # When its thread last had the GIL after waiting for it (after a call,
+        # or for a batch), and since when it has had batches to write.
+        self.turn_at = 0.0
+        self.behind_since = _INF
         self.stalled = False  # given up in a call that may never return
         self.open_error: BaseException | None = None
         self.opened = threading.Event()
@@ -115,6 +146,13 @@ class SinkRunner:
         if not self.live:
             self._lose(batch.n, batch.first_seq)
             return
+        if self.direct:
+            self._handed += batch.n
+            if len(data) <= _PIECE:
+                self._write(data, [batch])
+            else:
+                self._write_pieces(data, batch)
+            return
         if self._handed - self._done + batch.n > self.cap and self._handed != self._done:
             if not self._warned_behind:
                 self._warned_behind = True
@@ -126,6 +164,8 @@ class SinkRunner:
                 )
             self._lose(batch.n, batch.first_seq)
             return
+        if self.behind_since == _INF:
+            self.behind_since = time.monotonic()
         self._handed += batch.n
         self._calls.put((data, batch))
 
@@ -133,7 +173,11 @@ class SinkRunner:
         if not self.live:
             mark.sink_done(False)
             return
-        with self._lock:
+        if self.direct:
+            mark.sink_done(self._call(self.sink.flush, "flush"))
+            self._on_progress()
+            return
+        with self.lock:
             self._marks.append(mark)
         self._calls.put(mark)
 
@@ -161,15 +205,26 @@ class SinkRunner:
 
     def fail(self, reason: str) -> None:
         """Stop using the sink; what it had queued counts as lost by it."""
-        with self._lock:
-            if not self.live:
-                return
-            self.live = False
-            self.error = reason
-            if self._handed != self._done:
-                # What it held is lost to it; its seqs are not known here.
-                self.first_lost = min(self.first_lost, 0)
-            marks, self._marks = self._marks, []
+        with self.lock:
+            marks = self.stop_held(reason)
+        if marks is not None:
+            self.report_stop(reason, marks)
+
+    def stop_held(self, reason: str) -> list[FlushMark] | None:
+        """``fail()``'s part under ``lock`` (held by the caller): no write starts
+        or is counted after it. The marks to report, or ``None`` if already stopped."""
+        if not self.live:
+            return None
+        self.live = False
+        self.error = reason
+        if self._handed != self._done:
+            # What it held is lost to it; its seqs are not known here.
+            self.first_lost = min(self.first_lost, 0)
+        marks, self._marks = self._marks, []
+        return marks
+
+    def report_stop(self, reason: str, marks: list[FlushMark]) -> None:
+        """``fail()``'s part after the lock: say so, and end the flushes waiting on it."""
         logger.warning(
             "rollout_trace: sink %s is stopped (the other sinks go on): %s", self.uri, reason
         )
@@ -178,11 +233,11 @@ class SinkRunner:
         self._on_progress()
 
     def _lose(self, n: int, first_seq: float) -> None:
-        with self._lock:
+        with self.lock:
             self.lost += n
             self.first_lost = min(self.first_lost, first_seq)
 
-    # --- the sink's thread ----------------------------------------------------
+    # --- the sink's thread (and a direct runner's writes) -------------------------
 
     def _main(self) -> None:
         keep_signals_off_this_thread()
@@ -207,13 +262,20 @@ class SinkRunner:
             self._on_progress()
 
     def _serve(self) -> None:
+        get, get_nowait = self._calls.get, self._calls.get_nowait
+        call: Any = None
         while True:
-            call = self._calls.get()
+            if call is None:
+                if self._handed == self._done:
+                    # Caught up: the GIL lent to this thread (if it was) goes back.
+                    restore_gil()
+                call = get()
+                self.turn_at = time.monotonic()  # had the GIL again after waiting
             if call is _CLOSE or call is _DISCARD:
                 self._end(call is _DISCARD)
                 return
             if isinstance(call, FlushMark):
-                with self._lock:
+                with self.lock:
                     ours = call in self._marks
                     if ours:
                         self._marks.remove(call)
@@ -221,25 +283,69 @@ class SinkRunner:
                     ok = self._call(self.sink.flush, "flush")
                     call.sink_done(ok)
                     self._on_progress()
+                call = None
                 continue
-            data, batch = call
-            ok = self.live and self._call(self.sink.write, "write", data)
-            with self._lock:
-                if ok and self.live:
-                    self.written += batch.n
-                else:
-                    self.lost += batch.n
-                    self.first_lost = min(self.first_lost, batch.first_seq)
-                    ok = False
-            self._done += batch.n
-            if ok:
-                batch.ack()
-            self._on_progress()
+            # The batches queued behind this one go in the same write: this
+            # thread waits for the GIL after every call while the program
+            # runs, so one call per batch would fall behind a busy program.
+            # A lifecycle line (n == 0) is written alone, as the first or
+            # last write of the run.
+            datas, batches = [call[0]], [call[1]]
+            size, call = len(datas[0]), None
+            while size < _GATHER and batches[0].n:
+                try:
+                    call = get_nowait()
+                except queue.Empty:
+                    break
+                if type(call) is not tuple or not call[1].n:
+                    break
+                datas.append(call[0])
+                batches.append(call[1])
+                size += len(call[0])
+                call = None
+            self._write(datas[0] if len(datas) == 1 else b"".join(datas), batches)
+
+    def _write_pieces(self, data: bytes, batch: Batch) -> None:
+        """A direct batch larger than ``_PIECE`` goes in writes of at most that
+        many bytes of whole lines: a slow sink then finishes each call well
+        within ``close_timeout`` (it is not taken for a hung one), and a close
+        that gives the run up at its deadline stops it between two of them."""
+        end_all, start, left = len(data), 0, batch.n
+        while start < end_all:
+            end = data.rfind(b"\n", start, start + _PIECE) + 1
+            if end <= start:  # one line longer than a piece: it goes whole
+                end = data.find(b"\n", start + _PIECE) + 1 or end_all
+            n = left if end >= end_all else data.count(b"\n", start, end)
+            left -= n
+            # A piece's events have seqs from the batch's first on: it is
+            # only ever compared with a later flush's boundary.
+            self._write(data[start:end], [Batch(n, batch.first_seq, batch.on_first_ack)])
+            start = end
+
+    def _write(self, data: bytes, batches: list[Batch]) -> None:
+        ok = self.live and self._call(self.sink.write, "write", data)
+        n = sum(batch.n for batch in batches)
+        with self.lock:
+            if ok and self.live:
+                self.written += n
+                # Under the lock, with the sink's own count: a run given up
+                # at its deadline fixes both at one instant.
+                for batch in batches:
+                    batch.ack()
+            else:
+                self.lost += n
+                self.first_lost = min(self.first_lost, *(batch.first_seq for batch in batches))
+                ok = False
+        self._done += n
+        if self._handed == self._done:
+            self.behind_since = _INF
+        self._on_progress()
 
     def _call(self, method: Callable[..., None], action: str, *args: Any) -> bool:
-        if not self.live:
-            return False
-        self.busy_since = time.monotonic()
+        with self.lock:  # a sink stopped (given up) starts no call after it
+            if not self.live:
+                return False
+            self.busy_since = time.monotonic()
         try:
             method(*args)
         except BaseException as exc:  # CancelledError or SystemExit from a plugin too
@@ -247,6 +353,7 @@ class SinkRunner:
             return False
         finally:
             self.busy_since = None
+            self.turn_at = time.monotonic()
         return True
 
     def _end(self, discard: bool) -> None:

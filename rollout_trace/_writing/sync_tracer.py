@@ -1,25 +1,32 @@
 """The sync tracer: ``emit`` from any thread, one writer thread per run.
 
-``emit`` stamps ``time`` and appends to a deque; the writer thread gives each
-event its ``seq`` in the order the deque received them, so a run's lines are
-in ``seq`` order however many threads emit (a thread preempted between
-taking a number and queueing its event can put nothing out of place), and
-drives the same engine as the async tracer. The sinks write on threads of
-their own, so a hung sink holds up neither the writer nor the other sinks.
+``emit`` stamps ``time`` and ``run_id`` and appends to a deque; the writer
+thread gives each event its ``seq`` in the order the deque received them, so
+a run's lines are in ``seq`` order however many threads emit (a thread
+preempted between taking a number and queueing its event can put nothing out
+of place), and drives the same engine as the async tracer.
+
+A lone sink is written by the writer thread itself: handing each batch to a
+thread of the sink's own cost two more turns of the GIL per batch, each a
+switch interval long while the program emits. A hung lone sink then holds
+up the writer: emit still never blocks (the buffer fills and drops, counted),
+and flush and close give the sink up after ``close_timeout``. Several sinks
+write on threads of their own, so a hung one holds up neither the writer nor
+the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
-import itertools
 import math
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from itertools import repeat, starmap
+from operator import itemgetter
 from types import TracebackType
 from typing import Any
 
@@ -41,26 +48,9 @@ from .emitting import frozen_event, not_an_event
 from .engine import Engine, State, drive_blocking, logger
 from .facade import TracerFacade
 from .runner import FlushMark
+from .writer_run import CloseMark, QueueMark, WriterRun
 
 __all__ = ["SyncTracer", "sync_tracer"]
-
-
-class _QueueMark:
-    """Travels through the event queue. ``reached`` is set when the writer
-    gets to it, or when the writer ends first (then ``mark`` stays ``None``);
-    ``boundary`` is then the seq the next event would get."""
-
-    __slots__ = ("boundary", "deadline", "mark", "reached")
-
-    def __init__(self, deadline: float = math.inf) -> None:
-        self.boundary = 0
-        self.deadline = deadline
-        self.mark: FlushMark | None = None
-        self.reached = threading.Event()
-
-
-class _CloseMark(_QueueMark):
-    __slots__ = ()
 
 
 class SyncTracer(TracerFacade):
@@ -73,19 +63,11 @@ class SyncTracer(TracerFacade):
 
     emit: Callable[[Event], None]
     run_id: str | None
-    # The state of the open run, set in _start().
+    # The open (or last) run, set in _start(); _engine is its engine.
+    _run: WriterRun
     _engine: Engine
     _pid: int
-    _queue: deque[Event | _QueueMark]
-    _marks: list[_QueueMark]
-    _drops: itertools.count[int]  # emits dropped at a full buffer (emitting threads)
-    _drops_folded: int  # ... of which the writer has given seqs
-    _next_seq: int  # the writer's
     _set_limit: Callable[[int], None]
-    _wake_flag: threading.Event
-    _opened: threading.Event
-    _open_error: BaseException | None
-    _thread: threading.Thread
 
     def __init__(self, config: TracerConfig) -> None:
         super().__init__(config)
@@ -105,15 +87,10 @@ class SyncTracer(TracerFacade):
     def counts(self) -> TraceCounts:
         """This run's counts so far, as ``trace_closed`` gives them (zeros before the open)."""
         outside = self._report.outside_run
-        if self._state is State.NEW or not hasattr(self, "_engine") or self._open_error:
+        run: WriterRun | None = getattr(self, "_run", None)
+        if self._state is State.NEW or run is None or run.open_error:
             return TraceCounts(outside_run=outside)
-        return self._engine.counts(self._emitted_so_far(), outside)
-
-    def _emitted_so_far(self) -> int:
-        # Read from any thread: the writer's numbers, the drops it has not
-        # numbered yet, and what waits in the queue (marks aside, rarely there).
-        unfolded = peek_count(self._drops) - self._drops_folded
-        return self._next_seq - 1 + unfolded + max(0, len(self._queue) - len(self._marks))
+        return run.engine.counts(run.emitted_so_far(), outside)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A tracer travels as its configuration and opens lazily where it lands,
@@ -135,13 +112,14 @@ class SyncTracer(TracerFacade):
             self._start(wait=True)
         # Not under the lock: the writer thread may need it to say it failed.
         within = self._config.close_timeout * 2 + 1
-        if self._open_error is None and not self._opened.wait(
-            None if math.isinf(within) else within
-        ):
+        run = self._run
+        if run.open_error is None and not run.opened.wait(None if math.isinf(within) else within):
             # The sinks open on the writer thread, each within close_timeout.
-            self._fail_open(SinkOpenError(", ".join(self._config.uris), "did not open in time"))
-        if self._open_error is not None:
-            raise self._open_error
+            self._fail_open(
+                run, SinkOpenError(", ".join(self._config.uris), "did not open in time")
+            )
+        if run.open_error is not None:
+            raise run.open_error
         return self
 
     def __enter__(self) -> SyncTracer:
@@ -161,28 +139,32 @@ class SyncTracer(TracerFacade):
         # Its twin is async_tracer.Tracer._make_emit: the stamping is written
         # out in both, as a shared helper would cost each emit a call. No
         # lock: deque.append is atomic.
-        queue = self._queue
+        run = self._run
+        queue = run.queue
         append = queue.append
         # Bound to this run: an emit kept from it must not touch a later run.
-        on_full = functools.partial(self._on_full, self._engine)
+        on_full = functools.partial(self._on_full, run)
         batch_size = self._config.batch_size
-        wake = self._wake
+        wake = functools.partial(self._wake, run)
         types = REGISTRY.emit_types
         now = self._config.clock
         copy_event = copy.copy
+        run_id = run.engine.run_id
         # Closing sets it to 0, so that every later emit (even through an old
         # reference) is counted by on_full.
         limit = self._config.buffer
 
         def emit(ev: Event) -> None:
-            urgent = types.get(type(ev))
-            if urgent is None:
-                raise not_an_event(ev)
+            try:
+                urgent = types[type(ev)]
+            except KeyError:
+                raise not_an_event(ev) from None
             if ev.time:
                 # Emitted before: the queued object keeps its own envelope.
                 ev = copy_event(ev)
             try:
                 ev.time = now()
+                ev.run_id = run_id
             except AttributeError:
                 raise frozen_event(ev) from None
             n = len(queue)
@@ -200,11 +182,11 @@ class SyncTracer(TracerFacade):
 
         return emit, set_limit
 
-    def _on_full(self, engine: Engine) -> None:
-        if engine is self._engine and self._state is State.OPEN:
+    def _on_full(self, run: WriterRun) -> None:
+        if run is self._run and self._state is State.OPEN:
             # Dropped; the writer gives it a seq of the run, never written,
             # so trace_closed counts it.
-            next(self._drops)
+            next(run.drops)
             self._report.full(self._config.buffer, self.run_id)
         else:
             self._report.not_open(closed=True)
@@ -234,66 +216,61 @@ class SyncTracer(TracerFacade):
             return True
         return False
 
-    def _wake(self, urgent: bool = False) -> None:
+    def _wake(self, run: WriterRun, urgent: bool = False) -> None:
         if urgent:
-            self._urgent = True
-        if self._wake_flag.is_set() or self._forked():
+            run.urgent = True
+        if run.wake_flag.is_set() or self._forked():
             return
-        self._wake_flag.set()
+        run.wake_flag.set()
 
     # --- lifecycle ----------------------------------------------------------
 
     def _start(self, *, wait: bool) -> None:
-        engine = Engine(self._config)
+        engine = Engine(self._config, direct=True)
+        run = WriterRun(engine)
+        self._run = run
         self._engine = engine
         self._pid = engine.pid
-        self._queue = deque()
-        self._marks = []
-        self._drops = itertools.count()
-        self._drops_folded = 0
-        self._next_seq = 1
-        self._wake_flag = threading.Event()
-        self._urgent = False
-        self._opened = threading.Event()
-        self._open_error = None
         self._report.new_run()
         self.run_id = engine.run_id
         self.emit, self._set_limit = self._make_emit()
         self._state = State.OPEN
         thread = threading.Thread(
             target=self._writer,
-            args=(wait,),
+            args=(run, wait),
             name=f"rollout_trace writer {engine.run_id[:8]}",
             daemon=True,
         )
-        self._thread = thread
+        run.thread = thread
         try:
             thread.start()
         except RuntimeError as exc:  # a thread limit, or the interpreter shutting down
             uris = ", ".join(self._config.uris)
-            self._fail_open(SinkOpenError(uris, f"cannot start the writer thread: {exc}"))
+            self._fail_open(run, SinkOpenError(uris, f"cannot start the writer thread: {exc}"))
             if not wait:
                 # Opened lazily: nobody waits to hear it, so say it once.
                 logger.warning("rollout_trace: tracing is off for this process: %s", exc)
             return
         hooks.track(self)
 
-    def _fail_open(self, exc: BaseException) -> None:
+    def _fail_open(self, run: WriterRun, exc: BaseException) -> None:
         """The run never opened: emit counts quietly, flush and close return at once."""
         with self._lock:
-            if self._open_error is not None:
+            if run.open_error is not None:
                 return
-            self._open_error = exc
+            run.open_error = exc
+            if run is not self._run:  # given up before; the tracer has opened again since
+                return
             self._state = State.CLOSED
             self._set_limit(0)
             # The run never was: what was emitted into it belongs to no run.
-            queued = sum(1 for item in list(self._queue) if isinstance(item, Event))
-            self._report.add_outside(peek_count(self._drops) + queued)
+            queued = sum(1 for item in list(run.queue) if isinstance(item, Event))
+            self._report.add_outside(peek_count(run.drops) + queued)
             self._report.quiet("closed")  # this was said already, as the open's failure
-            self._queue.clear()
+            run.queue.clear()
             self.emit = self._emit_lazy
         hooks.untrack(self)
-        self._release_marks()
+        self._release_marks(run, forget=True)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every event emitted before the call, from any thread, is written.
@@ -307,9 +284,10 @@ class SyncTracer(TracerFacade):
         if self._forked() or self._state is not State.OPEN:
             return self._settled()
         end = math.inf if timeout is None else time.monotonic() + timeout
-        mark = _QueueMark()
-        self._enqueue(mark)
-        engine = self._engine
+        mark = QueueMark()
+        run = self._run
+        self._enqueue(run, mark)
+        engine = run.engine
         if not engine.wait_event(mark.reached, end) or mark.mark is None:
             return False  # out of time, or the writer ended first
         engine.wait_event(mark.mark.done, end)
@@ -326,7 +304,7 @@ class SyncTracer(TracerFacade):
         if mark is not None:
             self.finish_close(mark)
 
-    def begin_close(self, timeout: float | None) -> _CloseMark | None:
+    def begin_close(self, timeout: float | None) -> CloseMark | None:
         if not self._config.enabled:
             return None
         with self._lock:
@@ -342,40 +320,63 @@ class SyncTracer(TracerFacade):
             self._state = State.CLOSING
             self._set_limit(0)
             limit = self._config.close_timeout if timeout is None else timeout
-            mark = _CloseMark(time.monotonic() + limit)
-            self._enqueue(mark)
+            mark = CloseMark(time.monotonic() + limit)
+            self._enqueue(self._run, mark)
             return mark
 
-    def finish_close(self, mark: _CloseMark) -> None:
-        engine = self._engine
+    def finish_close(self, mark: CloseMark) -> None:
+        run = self._run
+        engine = run.engine
         if not engine.wait_event(mark.reached, mark.deadline):
-            engine.finalize(mark.boundary or self._emitted_so_far() + 1)
+            stuck = engine.writer_stuck
+            # From now on the writer thread writes nothing of this run: what
+            # it still holds, and a call it is inside, count as dropped. When
+            # it gets out, it closes the sinks and ends.
+            run.abandoned = True
+            engine.give_up(
+                mark.boundary or run.emitted_so_far() + 1,
+                "did not write what it held before the close deadline",
+            )
             logger.warning(
-                "rollout_trace: closing run %s took longer than its deadline; what was not "
-                "written by then is lost and trace_closed may be missing",
+                "rollout_trace: closing run %s %s; what was not written by then is lost and "
+                "trace_closed may be missing",
                 self.run_id,
+                "gave up: its sink hangs in a call" if stuck else "took longer than its deadline",
             )
         with self._lock:
             if self._state is State.CLOSING:
                 self._state = State.CLOSED
                 self.emit = self._emit_lazy
                 hooks.untrack(self)
-        self._release_marks()
+        # Nobody waits on a flush of the run in vain; the writer thread, if it
+        # ever gets out of its call, still finds the marks in its queue.
+        self._release_marks(run)
 
     close_blocking = close
 
-    def _enqueue(self, mark: _QueueMark) -> None:
+    def _enqueue(self, run: WriterRun, mark: QueueMark) -> None:
         with self._lock:
-            self._marks.append(mark)
-        self._queue.append(mark)
-        self._wake_flag.set()
-        if not self._thread.is_alive() and self._thread.ident is not None:
-            self._release_marks()
+            run.marks.append(mark)
+            done = run.writer_done
+        run.queue.append(mark)
+        run.wake_flag.set()
+        thread = run.thread
+        if done or (thread is not None and not thread.is_alive() and thread.ident is not None):
+            self._release_marks(run, forget=True)
 
-    def _release_marks(self) -> None:
-        # The writer has ended: nobody waiting on a flush or close may wait in vain.
+    def _release_marks(
+        self, run: WriterRun, *, forget: bool = False, writer_done: bool = False
+    ) -> None:
+        """Release (``reached``) every mark queued in ``run``; ``forget`` them too
+        when no writer thread will look for them (it has ended, or the queue is gone)."""
         with self._lock:
-            marks, self._marks = self._marks, []
+            marks = list(run.marks)
+            if forget or writer_done:
+                run.marks.clear()
+            # From now on a mark is released as it is queued (see _enqueue): one
+            # queued after this, while the writer thread is still ending, would
+            # find no thread alive to say so only later.
+            run.writer_done = run.writer_done or writer_done
         for mark in marks:
             mark.reached.set()
 
@@ -393,123 +394,171 @@ class SyncTracer(TracerFacade):
         self.emit = self._emit_lazy
 
     # --- the writer thread --------------------------------------------------
+    # Everything here works on the run handed to the thread, never on the
+    # tracer's current one: a close may give this run up and the tracer open
+    # another while this thread is still inside a sink's call.
 
-    def _writer(self, waited: bool) -> None:
+    def _writer(self, run: WriterRun, waited: bool) -> None:
         hooks.keep_signals_off_this_thread()
-        engine = self._engine
         try:
-            drive_blocking(engine, engine.opening(self._specs))
-        except BaseException as exc:
-            self._fail_open(exc)
-            self._opened.set()
-            if not waited:
-                logger.warning("rollout_trace: tracing is off for this process: %s", exc)
-            return
-        self._sinks = [r.sink for r in engine.runners]
-        self._opened.set()
-        try:
-            close = self._serve()
-            self._close_run(close)
-        except BaseException as exc:  # never let the writer thread print a traceback
-            logger.error("rollout_trace: the writer thread of run %s failed: %r", self.run_id, exc)
+            self._open_and_serve(run, waited)
         finally:
-            self._release_marks()
+            self._release_marks(run, writer_done=True)
 
-    def _serve(self) -> _CloseMark:
+    def _open_and_serve(self, run: WriterRun, waited: bool) -> None:
+        engine = run.engine
+        try:
+            drive_blocking(engine, engine.opening(self._specs, announce=False))
+        except BaseException as exc:
+            if not waited:
+                # Said before the failure is known: a flush or close it ends
+                # returns at once, and what it returns to may look for this.
+                logger.warning("rollout_trace: tracing is off for this process: %s", exc)
+            self._fail_open(run, exc)
+            run.opened.set()
+            return
+        with self._lock:
+            given_up = run.open_error is not None  # open() stopped waiting for it
+            if not given_up:
+                self._sinks = [r.sink for r in engine.runners]
+        run.opened.set()
+        if given_up:
+            for runner in engine.runners:
+                runner.live = False
+                runner.discard()
+            return
+        try:
+            # After the open is said: this thread writes a lone sink itself.
+            engine.announce()
+            close = self._serve(run)
+            self._close_run(run, close)
+        except BaseException as exc:  # never let the writer thread print a traceback
+            logger.error(
+                "rollout_trace: the writer thread of run %s failed: %r", engine.run_id, exc
+            )
+
+    def _serve(self, run: WriterRun) -> CloseMark:
         """Write batches as they start, fill or wait ``flush_interval``, up to the close mark."""
         interval = self._config.flush_interval
-        wake = self._wake_flag
-        queue = self._queue
+        batch_size = self._config.batch_size
+        wake = run.wake_flag
+        queue = run.queue
         while True:
             # Idle (nothing queued): sleep until an emit wakes us.
             wake.wait(interval if queue else None)
             wake.clear()
-            if 0 < len(queue) < self._config.batch_size and not (self._urgent or self._marks):
+            if 0 < len(queue) < batch_size and not (run.urgent or run.marks):
                 # A batch has started: give it the flush interval to fill up,
                 # unless it fills, an urgent event comes or a mark waits (a wake).
                 wake.wait(interval)
                 wake.clear()
-            self._urgent = False
-            close = self._drain()
+            run.urgent = False
+            close = self._drain(run)
             if close is not None:
                 return close
 
-    def _fold_drops(self, dropped: int) -> None:
+    @staticmethod
+    def _fold_drops(run: WriterRun, dropped: int) -> None:
         """Number ``dropped`` drops here, in the order of the run."""
         if dropped:
-            self._drops_folded += dropped
-            self._engine.note_lost(dropped, self._next_seq)
-            self._next_seq += dropped
+            run.drops_folded += dropped
+            run.engine.note_lost(dropped, run.next_seq)
+            run.next_seq += dropped
 
-    def _write(self, events: list[Event]) -> None:
-        seq = self._next_seq
-        for ev in events:
-            ev.seq = seq
-            seq += 1
-        self._next_seq = seq
-        self._engine.process(events)
+    @staticmethod
+    def _write(run: WriterRun, events: list[Event]) -> None:
+        seq = run.next_seq
+        run.next_seq = seq + len(events)
+        if not run.abandoned:  # given up: its counts are fixed, nothing more is written
+            run.engine.process(events, seq)
 
-    def _drain(self) -> _CloseMark | None:
+    def _drain(self, run: WriterRun) -> CloseMark | None:
         """Write everything queued; handle marks in order. Returns the close mark."""
-        queue = self._queue
+        queue = run.queue
         pop = queue.popleft
-        engine = self._engine
+        engine = run.engine
         while queue:
             # starmap runs popleft in C: a third of the cost of a comprehension.
             # Drops happen only while the queue is full, and nothing is queued
             # again before a drain: the drops counted by now came after every
             # event drained here, so they are numbered after the last of them
             # (before a mark that follows it: a flush then says False).
-            dropped = peek_count(self._drops) - self._drops_folded
+            dropped = peek_count(run.drops) - run.drops_folded
             items: list[Any] = list(starmap(pop, repeat((), len(queue))))
-            last_event = (
-                max(
-                    (i for i, item in enumerate(items) if not isinstance(item, _QueueMark)),
-                    default=-1,
-                )
-                if self._marks
-                else len(items) - 1
-            )
+            marks = self._marks_in(run, items) if run.marks else []
+            last_event = len(items) - 1
+            while marks and any(i == last_event for i, _ in marks):
+                last_event -= 1
             start = 0
-            for i, item in enumerate(items) if self._marks else ():
-                if not isinstance(item, _QueueMark):
-                    continue
-                self._write(items[start:i])
+            for i, item in marks:
+                self._write(run, items[start:i])
                 start = i + 1
-                if i > last_event or isinstance(item, _CloseMark):
+                if i > last_event or isinstance(item, CloseMark):
                     # (Every drop counted before the close is the run's.)
-                    self._fold_drops(dropped)
+                    self._fold_drops(run, dropped)
                     dropped = 0
-                item.boundary = self._next_seq
-                if isinstance(item, _CloseMark):
-                    self._late(items[start:])
+                item.boundary = run.next_seq
+                if isinstance(item, CloseMark):
+                    self._late(run, items[start:])
                     return item
-                item.mark = engine_mark = FlushMark(len(engine.live_sinks))
-                for runner in engine.live_sinks:
-                    runner.mark(engine_mark)
+                if not run.abandoned:
+                    item.mark = engine_mark = FlushMark(len(engine.live_sinks))
+                    for runner in engine.live_sinks:
+                        runner.mark(engine_mark)
                 item.reached.set()
                 with self._lock:
-                    if item in self._marks:
-                        self._marks.remove(item)
-            self._write(items[start:])
-            self._fold_drops(dropped)
+                    if item in run.marks:
+                        run.marks.remove(item)
+            self._write(run, items[start:] if start else items)
+            self._fold_drops(run, dropped)
         # Drops since the last drain with nothing queued after them.
-        self._fold_drops(peek_count(self._drops) - self._drops_folded)
+        self._fold_drops(run, peek_count(run.drops) - run.drops_folded)
         return None
 
-    def _late(self, items: list[Any]) -> None:
+    def _marks_in(self, run: WriterRun, items: list[Any]) -> list[tuple[int, QueueMark]]:
+        """Where the flush and close marks are among ``items``, in their order.
+
+        Every mark is registered before it is queued, so only those can be
+        there; each is looked for by identity in C (a loop in Python over a
+        batch of events costs milliseconds a flush).
+        """
+        with self._lock:
+            registered = list(run.marks)
+        found = []
+        ids: list[int] | None = None
+        for mark in registered:
+            if items and items[-1] is mark:  # the usual place: queued after its events
+                found.append((len(items) - 1, mark))
+                continue
+            if ids is None:
+                ids = list(map(id, items))
+            with contextlib.suppress(ValueError):  # not there: queued after this drain began
+                found.append((ids.index(id(mark)), mark))
+        found.sort(key=itemgetter(0))
+        return found
+
+    def _late(self, run: WriterRun, items: list[Any]) -> None:
         """What was queued behind the close mark belongs to no run."""
-        items += list(starmap(self._queue.popleft, repeat((), len(self._queue))))
-        self._report.add_outside(sum(1 for item in items if isinstance(item, Event)))
+        items += list(starmap(run.queue.popleft, repeat((), len(run.queue))))
+        if not run.abandoned:  # (given up: the run's emitted counted them already)
+            self._report.add_outside(sum(1 for item in items if isinstance(item, Event)))
         for item in items:
-            if isinstance(item, _QueueMark):
+            if isinstance(item, QueueMark):
                 item.reached.set()
 
-    def _close_run(self, mark: _CloseMark) -> None:
-        engine = self._engine
+    def _close_run(self, run: WriterRun, mark: CloseMark) -> None:
+        engine = run.engine
+        if run.abandoned:
+            # The close gave the run up at its deadline (its counts are fixed,
+            # its sinks stopped) while this thread was inside a call: once out
+            # of it, it closes the sinks and ends.
+            for runner in engine.runners:
+                runner.close()
+            mark.reached.set()
+            return
         drive_blocking(engine, engine.closing(mark.boundary, mark.deadline))
         # A drop that raced the close mark: after trace_closed's numbers.
-        self._report.add_outside(peek_count(self._drops) - self._drops_folded)
+        self._report.add_outside(peek_count(run.drops) - run.drops_folded)
         mark.reached.set()
 
 

@@ -21,7 +21,7 @@ from samples import ROLLOUT_SAMPLES
 from scenario import lines, make_run
 
 import rollout_trace as rt
-from rollout_trace._reading.reader import _Block, iter_blocks
+from rollout_trace._reading.reader import _Block, _unsplit, iter_blocks
 from rollout_trace._schema.decoding import decode_one, decoders
 from rollout_trace._schema.events import SinkTally
 
@@ -253,6 +253,52 @@ def test_a_line_that_is_not_one_object_is_skipped_whatever_its_neighbours(
     read = [n for _, _, numbers in iter_blocks(path, problems, lean=lean) for n in numbers]
     assert [p.line for p in problems] == skipped
     assert read == [n for n in range(1, data.count(b"\n") + 1) if n not in skipped]
+
+
+def _tag_last(line: bytes) -> bytes:
+    """``line`` with its tag moved to the end, as a writer other than the tracer may put it."""
+    fields = msgspec.json.decode(line)
+    tag = fields.pop("event")
+    return _line({**fields, "event": tag})
+
+
+_FIRST = [_line(_fields(i)) for i in range(len(SAMPLES))]
+_LAST = [_tag_last(x) for x in _FIRST]
+
+
+@pytest.mark.parametrize(
+    ("block", "whole"),
+    [
+        # Lines as the tracer writes them: `_NEXT_EVENT` at every newline.
+        (_FIRST, True),
+        # Their tag last: `_NEXT_EVENT` at no newline, `}\n{` at every one.
+        (_LAST, True),
+        # Some of each: `_NEXT_EVENT` at some newlines, `}\n{` at every one.
+        (_FIRST + _LAST + _FIRST, True),
+        # A line that begins with a space: neither at its newline, and no
+        # `}{` in any line (`_SEPARATOR`).
+        ([*_FIRST, b" " + _FIRST[0], *_FIRST], True),
+        # `}{` in a string: not at a newline, and the line alone is one value.
+        ([*_FIRST, BRACES, *_FIRST], True),
+        ([*_LAST, _tag_last(BRACES), *_LAST], True),
+        # Two lines that decode as two events but are not (`{A} {B`, then the
+        # rest of B), among lines with their tag first and last.
+        ([*_FIRST, *SIDE, *_FIRST], False),
+        ([*_LAST, *SIDE, *_LAST], False),
+        # The same, glued with no space between: `}{`.
+        ([*_FIRST, *_split(b"", comma_joins=False), *_FIRST], False),
+        ([*_LAST, *_split(b"", comma_joins=False), *_LAST], False),
+    ],
+)
+def test_a_block_is_read_whole_only_when_each_line_is_one_event(
+    block: list[bytes], whole: bool
+) -> None:
+    # What follows the block's last newline (a line under way) is not looked at.
+    text = b"\n".join(block) + b"\n" + b"}{ not yet a line"
+    end = text.rfind(b"\n")
+    # `_unsplit` is asked of a block that gave as many events as lines.
+    assert len(decoders()[0].decode_lines(text[:end])) == len(block)
+    assert _unsplit(text, end, len(block)) == whole
 
 
 def _alone(raw: bytes) -> bool:

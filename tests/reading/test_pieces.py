@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from scenario import disp, lines, make_run, seal, write
 
+from rollout_trace._errors import TraceReadError
 from rollout_trace._reading import pieces, reader
 from rollout_trace._reading.pieces import WHOLE, Piece, plan
 from rollout_trace._reading.reader import ReadProblem, TextRange, iter_blocks
@@ -132,6 +133,33 @@ def test_plan_cuts_large_text_files_and_keeps_gzip_and_small_files_whole(
     assert ranges[-1].end == big.stat().st_size
     others = [p for p in got if p.path != str(big)]
     assert others == [Piece(str(gz)), Piece(str(hidden)), Piece(str(small))]
-    # Every piece in exactly one task, in order.
+    # Every piece in exactly one task, in order within it; the largest tasks first.
     assert sorted(i for t in tasks for i in t) == list(range(len(got)))
-    assert [i for t in tasks for i in t] == list(range(len(got)))
+    assert all(t == sorted(t) for t in tasks)
+    sizes = [sum(_weight(got[i]) for i in t) for t in tasks]
+    assert sizes == sorted(sizes, reverse=True)
+
+
+def _weight(piece: Piece) -> int:
+    return Path(piece.path).stat().st_size if piece.end == WHOLE else piece.end - piece.start
+
+
+@pytest.mark.parametrize(
+    ("gone", "said"),
+    [
+        # Deleted since it was listed: what a read of it says.
+        ("missing.jsonl", "no such trace file: "),
+        # Its folder replaced by a file since: the OSError, named.
+        ("folder/t.jsonl", "cannot open trace file .*Not a directory"),
+    ],
+)
+def test_plan_of_a_file_that_is_gone_is_a_read_error(tmp_path: Path, gone: str, said: str) -> None:
+    path = tmp_path / gone
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b"{}\n")
+    path.unlink()
+    if path.parent != tmp_path:
+        path.parent.rmdir()
+        path.parent.write_bytes(b"")
+    with pytest.raises(TraceReadError, match=said):
+        plan([str(path)], 2)

@@ -482,10 +482,10 @@ def _break_encoding_of_poison(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = BatchEncoder.encode
 
-    def encode(self: Any, events: Any) -> Any:
+    def encode(self: Any, events: Any, *args: Any) -> Any:
         if any(getattr(ev, "group_ids", None) == ["poison"] for ev in events):
             raise RuntimeError("injected encoder failure")
-        return real(self, events)
+        return real(self, events, *args)
 
     monkeypatch.setattr(BatchEncoder, "encode", encode)
 
@@ -599,10 +599,10 @@ def test_an_encoder_failing_on_trace_closed_does_not_reach_the_program(
 
     real = BatchEncoder.encode
 
-    def encode(self: Any, events: Any) -> Any:
+    def encode(self: Any, events: Any, *args: Any) -> Any:
         if any(isinstance(ev, rt.TraceClosed) for ev in events):
             raise RuntimeError("injected encoder failure")
-        return real(self, events)
+        return real(self, events, *args)
 
     monkeypatch.setattr(BatchEncoder, "encode", encode)
     t = rt.tracer(str(path), close_timeout=5)

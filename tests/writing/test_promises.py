@@ -471,6 +471,65 @@ def test_a_file_moved_or_deleted_while_written_is_made_again(
     assert len(reports) == 1 and "new file" in reports[0], said(trace_log)
 
 
+@pytest.mark.parametrize(
+    ("steps", "looks", "lines"),
+    [
+        # Batches that follow each other: the path is looked at once, not per
+        # batch (each look is a system call, and a turn of the GIL lost).
+        (["write", "write", "write"], 1, (3, 0)),
+        # A quarter of a second after the last look, the next batch looks.
+        (["write", "wait", "write", "write"], 2, (3, 0)),
+        # A flush makes the next batch look, however soon it comes.
+        (["write", "flush", "write"], 2, (2, 0)),
+        # Moved away between batches that follow each other: the next one still
+        # goes to the old file; the first after the quarter goes to a new one.
+        (["write", "move", "write", "wait", "write"], 2, (1, 2)),
+        # Moved away, then a flush: the next batch finds it gone.
+        (["write", "move", "flush", "write", "write"], 2, (2, 1)),
+    ],
+)
+def test_the_jsonl_sink_looks_at_its_path_at_most_every_quarter_second(
+    steps: list[str],
+    looks: int,
+    lines: tuple[int, int],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    trace_log: pytest.LogCaptureFixture,
+) -> None:
+    import sinks.jsonl
+
+    now = [1_000.0]
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(sinks.jsonl.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(sinks.jsonl.os, "stat", stat)
+    path, moved = tmp_path / "t.jsonl", tmp_path / "t.1.jsonl"
+    sink = sinks.jsonl.JsonlSink(str(path), {})
+    sink.open()
+    stats.clear()  # (the open looks for what it makes)
+    for step in steps:
+        if step == "write":
+            sink.write(b"{}\n")
+        elif step == "wait":
+            now[0] += 0.25
+        elif step == "flush":
+            sink.flush()
+        else:
+            path.rename(moved)
+    sink.close()
+    assert stats.count(str(path)) == looks, stats
+    # (lines at the path, lines in the file moved away)
+    found = tuple(p.read_bytes().count(b"\n") if p.exists() else 0 for p in (path, moved))
+    assert found == lines
+    assert sink.reopened == (1 if lines[1] else 0)
+    assert len(said(trace_log, "new file")) == sink.reopened
+
+
 # --- 8. every sink writes what it counts, under every driver: tests/sinks/test_sink_contract.py
 
 
@@ -1016,6 +1075,36 @@ def test_a_clock_of_ones_own_stamps_every_time(driver: Driver) -> None:
     assert run.closed is not None and run.closed["time"] == 1_004.0
 
 
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (math.nan, "must be a finite number"),  # NaN would be written as null
+        (math.inf, "must be a finite number"),
+        (True, "must be float"),  # a bool is read back as a bool
+        ("noon", "must be float"),  # a str
+    ],
+)
+@drivers
+def test_a_clock_of_ones_own_is_checked_like_any_field(
+    driver: Driver, bad: Any, reason: str, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # Only time.time() is trusted to give finite floats: the tracer's own
+    # stamps are left out of the writer's check, a clock of one's own is not.
+    ticks = iter([1_000.0, 1_001.0, 1.0, bad, 3.0, bad, 5.0, 6.0])
+
+    async def scenario(h: Handle) -> None:
+        for i in range(5):
+            h.emit(dispatched(i))
+
+    out = driver.run(["memory://"], scenario, clock=lambda: next(ticks))
+    run = only_run(out.tracer.sinks[0].getvalue(), allow_drops=True)  # type: ignore[attr-defined]
+    assert [e["time"] for e in run.events] == [1.0, 3.0, 5.0]
+    c = out.counts
+    assert (c.emitted, c.written, c.invalid, c.dropped) == (5, 3, 2, 0), c
+    assert run.closed is not None and run.closed["time"] == 6.0
+    assert len(said(trace_log, "field 'time'", reason)) == 1
+
+
 @drivers
 def test_an_emit_held_from_before_the_open_writes_into_the_run(driver: Driver) -> None:
     t = driver.make("memory://")
@@ -1040,7 +1129,10 @@ def test_close_honours_its_deadline_with_a_slow_sink(
             h.emit(dispatched(i))
             await h.sleep(0)
 
-    out = driver.run(["slow://?delay=0.5"], scenario, batch_size=1, close_timeout=1.0)
+    # Each write takes 0.8 s: trace_opened's is under way when the close
+    # begins, and the sink cannot have written the events by the deadline,
+    # on a thread of its own or on the sync tracer's writer thread.
+    out = driver.run(["slow://?delay=0.8"], scenario, batch_size=1, close_timeout=1.0)
     assert out.close_s < 1.0 + 0.75, out.close_s
     c = out.counts
     assert c.emitted == 20 and c.dropped > 0 and c.written + c.dropped == 20, c
@@ -1049,7 +1141,7 @@ def test_close_honours_its_deadline_with_a_slow_sink(
     lines = out.tracer.sinks[0].lines()  # type: ignore[attr-defined]
     assert len([line for line in lines if b'"attempt_dispatched"' in line]) >= c.written
     assert not any(b'"trace_closed"' in line for line in lines)
-    assert said(trace_log, "slow://?delay=0.5", "deadline")
+    assert said(trace_log, "slow://?delay=0.8", "deadline")
 
 
 @drivers

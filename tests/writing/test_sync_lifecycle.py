@@ -164,6 +164,36 @@ def test_a_lazily_opened_tracer_without_threads_reports_once_and_goes_quiet(
     assert c.emitted + c.outside_run == 1_001, c
 
 
+def test_a_failed_lazy_open_is_said_before_the_flush_it_ends_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # The writer thread reports why tracing is off before it lets go of the
+    # flush waiting on it. Once it reported it afterwards, so a program that
+    # looked as soon as the flush returned (a loaded machine, a slow thread)
+    # found nothing said: here the writer thread is slow right after the failure.
+    _refuse_threads(monkeypatch, "rollout_trace sink")
+    real = rt.SyncTracer._fail_open
+
+    def slow_fail_open(self: rt.SyncTracer, run: Any, exc: BaseException) -> None:
+        real(self, run, exc)
+        time.sleep(0.3)
+
+    monkeypatch.setattr(rt.SyncTracer, "_fail_open", slow_fail_open)
+    t = rt.sync_tracer(str(tmp_path / "run.jsonl"), close_timeout=10)
+    t.emit(dispatched(0))  # opens it, on the writer thread
+    ok, took = bounded(t.flush, 5)
+    # Of this tracer only: a run an earlier test left behind may report its
+    # close meanwhile, from its own thread.
+    said = [
+        m
+        for r in trace_log.records
+        if r.name == "rollout_trace" and str(tmp_path) in (m := r.getMessage())
+    ]
+    assert ok is False and took < 2, (ok, took)
+    assert len(said) == 1 and "tracing is off" in said[0], said
+    t.close()
+
+
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     """Run ``code`` in a child with the same rollout_trace; a hang fails the test."""
     root = str(Path(rt.__file__).resolve().parents[1])
@@ -504,3 +534,257 @@ def test_a_hung_sink_does_not_hold_up_the_healthy_ones(tmp_path: Path) -> None:
     run = checked_run(path)
     assert run.closed is not None and len(run.events) == total
     assert run.closed["dropped"] == 0 and run.closed["written"] == total
+
+
+# --- 13. a lone sink is written by the writer thread ------------------------------------
+
+
+@pytest.mark.usefixtures("plugins")
+@pytest.mark.parametrize(
+    ("uris", "writers"),
+    [
+        # One sink: the writer thread writes and flushes it itself (a thread
+        # of the sink's own cost two more turns of the GIL per batch).
+        (["memory://"], {"MemorySink": "rollout_trace writer"}),
+        # Several: each on its own thread, so a hung one holds up no other.
+        (
+            ["memory://", "slow://?delay=0"],
+            {"MemorySink": "rollout_trace sink", "SlowSink": "rollout_trace sink"},
+        ),
+    ],
+)
+def test_a_lone_sink_is_written_by_the_writer_thread(
+    uris: list[str], writers: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sinks import MemorySink
+
+    calls: list[tuple[str, str]] = []  # (the sink's class, the calling thread)
+    real_write, real_flush = MemorySink.write, MemorySink.flush
+
+    def write(self: MemorySink, data: bytes) -> None:
+        calls.append((type(self).__name__, threading.current_thread().name))
+        real_write(self, data)
+
+    def flush(self: MemorySink) -> None:
+        calls.append((type(self).__name__, threading.current_thread().name))
+        real_flush(self)
+
+    monkeypatch.setattr(MemorySink, "write", write)
+    monkeypatch.setattr(MemorySink, "flush", flush)
+    t = rt.sync_tracer(*uris, batch_size=10)
+    with t:
+        for i in range(100):
+            t.emit(dispatched(i))
+        assert t.flush() is True
+    assert t.counts.written == 100
+    assert {kind for kind, _ in calls} == set(writers), calls
+    for kind, thread in calls:
+        assert thread.startswith(writers[kind]), (kind, thread)
+
+
+@pytest.mark.usefixtures("plugins")
+@pytest.mark.parametrize(
+    ("ok", "when"),
+    [
+        # trace_opened's write hangs: open() returns all the same (the writer
+        # thread says the run is open before it writes its first line).
+        (0, "flush"),
+        # The writer thread hangs in the sink's third write: a flush without a
+        # timeout returns False once the sink is given up (close_timeout).
+        (2, "flush"),
+        # No flush: the close gives the sink up and returns, without trace_closed.
+        (2, "close"),
+    ],
+)
+def test_a_lone_hung_sink_is_given_up_and_emit_never_blocks(
+    ok: int, when: str, trace_log: pytest.LogCaptureFixture
+) -> None:
+    t = rt.sync_tracer(f"stuck://?ok={ok}", close_timeout=2, batch_size=100, buffer=1_000)
+    bounded(t.open, 1.5)  # (2 * close_timeout + 1 if it waited for trace_opened)
+    written = 100 if ok else 0
+    for i in range(written):
+        t.emit(dispatched(i))
+    if written:
+        flushed, _ = bounded(lambda: t.flush(timeout=5), 10)
+        assert flushed is True  # trace_opened, then the first batch: its two writes
+    # The writer thread is stuck in a write; emit goes on, dropping (counted)
+    # once the buffer is full.
+    bounded(lambda: [t.emit(dispatched(i)) for i in range(5_000)], 5)
+    if when == "flush":
+        flushed, took = bounded(t.flush, 2.0 + 5)
+        assert flushed is False and took < 2.0 + 2.0, (flushed, took)
+    _, took = bounded(t.close, 2.0 + 5)
+    assert took < 2.0 + 2.0, took
+    c = t.counts
+    assert (c.emitted, c.written, c.dropped) == (written + 5_000, written, 5_000), c
+    messages = [r.getMessage() for r in trace_log.records]
+    assert [m for m in messages if "stuck://" in m and "stopped" in m], messages
+    assert [m for m in messages if "buffer" in m and "full" in m], messages
+
+
+# --- 14. a run given up at its close deadline ----------------------------------------
+
+
+class PipeReader(threading.Thread):
+    """Reads a pipe until every writer has closed it (``eof``, once it has read
+    something), sleeping ``pace`` seconds after each read (a slow consumer);
+    ``stop()`` gives up."""
+
+    def __init__(self, path: Path, pace: float = 0.0) -> None:
+        super().__init__(name="test pipe reader", daemon=True)
+        # Open at once (a writer's open waits for a reader), reading nothing yet.
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self.pace = pace
+        self.data = bytearray()
+        self.eof = threading.Event()
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.005)
+                continue
+            if not chunk:  # no writer has it open: none yet, or every one closed it
+                if not self.data:
+                    time.sleep(0.005)
+                    continue
+                self.eof.set()
+                return
+            self.data += chunk
+            time.sleep(self.pace)
+
+    def stop(self) -> None:
+        """Stop reading and close the pipe (a write blocked in it fails then)."""
+        self._halt.set()
+        if self.is_alive():
+            self.join(5)
+        os.close(self.fd)
+
+
+def _emit_and_close(uri: str, close_timeout: float, events: int) -> rt.SyncTracer:
+    """Open a tracer, emit ``events``, close it (in bounded time); its counts add up."""
+    t = rt.sync_tracer(uri, close_timeout=close_timeout)
+    bounded(t.open, 5)
+    for i in range(events):
+        t.emit(dispatched(i))
+    _, took = bounded(t.close, close_timeout + 10)
+    assert took < close_timeout + 1.5, took
+    c = t.counts
+    assert (c.emitted, c.written + c.dropped, c.pending) == (events, events, 0), c
+    return t
+
+
+def _wait_for_threads_to_end(*names: str, within: float = 10.0) -> list[str]:
+    """Which of these threads of ours are still alive after ``within`` s
+    (other tests leave threads in sinks that hang for good)."""
+    end = time.monotonic() + within
+    while True:
+        left = [name for name in our_threads() if name in names]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize(
+    "reopen",
+    [
+        # The tracer opens again (run 2) while run 1's writer thread is still
+        # inside its write. Once out of it, that thread writes nothing of run
+        # 1's queue (its close mark included) into run 2, whose counts, seqs
+        # and flush stay exact.
+        True,
+        # Not opened again: once out of its write, the thread closes the pipe
+        # (its reader gets EOF) and ends, and so does the sink's thread.
+        False,
+    ],
+)
+def test_a_writer_thread_given_up_ends_its_own_run_and_touches_no_other(
+    tmp_path: Path, reopen: bool
+) -> None:
+    # Run 1 writes to a pipe through a symlink; run 2, to a file there.
+    (tmp_path / "1").mkdir()
+    (tmp_path / "2").mkdir()
+    os.mkfifo(tmp_path / "1" / "run.jsonl")
+    current = tmp_path / "current"
+    current.symlink_to("1")
+    path = current / "run.jsonl"
+    # A reader that opens the pipe and reads nothing until the test says so:
+    # the lone sink's write blocks once the pipe's 64 KiB are full.
+    reader = PipeReader(path)
+    try:
+        t = _emit_and_close(f"jsonl://{path}", 1.0, 30_000)  # about 5 MB
+        run1 = t.run_id
+        assert run1 is not None
+        # The writer thread is still inside its write.
+        assert [n for n in our_threads() if n == f"rollout_trace writer {run1[:8]}"]
+        if reopen:
+            current.unlink()
+            current.symlink_to("2")
+            bounded(t.open, 5)
+            for i in range(1_000):
+                t.emit(dispatched(i))
+        reader.start()  # the write returns
+        assert reader.eof.wait(20), "run 1's pipe was never closed"
+        writer1 = f"rollout_trace writer {run1[:8]}"
+        assert _wait_for_threads_to_end(writer1) == []
+        if reopen:
+            flushed, _ = bounded(t.flush, 10)
+            assert flushed is True
+            c2 = t.counts
+            assert (c2.emitted, c2.written, c2.dropped, c2.pending) == (1_000, 1_000, 0, 0), c2
+            bounded(t.close, 10)
+            # trace_closed: the sink wrote just the events in the file.
+            run = only_run((tmp_path / "2" / "run.jsonl").read_bytes(), uri=f"jsonl://{path}")
+            assert run.closed is not None
+            assert [e["seq"] for e in run.events] == list(range(1, 1_001))
+            assert (run.closed["emitted"], run.closed["written"]) == (1_000, 1_000)
+        writers = {f"rollout_trace writer {run_id[:8]}" for run_id in (run1, t.run_id or "")}
+        assert _wait_for_threads_to_end(*writers, f"rollout_trace sink jsonl://{path}") == []
+    finally:
+        reader.stop()
+    # Run 1's pipe holds run 1's lines only, and no trace_closed (given up).
+    lines = bytes(reader.data).splitlines()
+    assert lines and all(run1.encode() in line for line in lines)
+    assert not [line for line in lines if b'"trace_closed"' in line]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_close_that_gives_a_slow_lone_sink_up_counts_what_reached_it(
+    tmp_path: Path, trace_log: pytest.LogCaptureFixture
+) -> None:
+    from rollout_trace._writing.runner import _PIECE
+
+    fifo = tmp_path / "slow.jsonl"
+    os.mkfifo(fifo)
+    # A consumer of about 3 MB/s: a write of a piece (1 MiB) takes about a
+    # third of a second, far less than close_timeout, and everything takes
+    # about 6 s, far more.
+    reader = PipeReader(fifo, pace=0.02)
+    try:
+        reader.start()
+        t = _emit_and_close(f"jsonl://{fifo}", 2.0, 100_000)  # about 18 MB
+        c = t.counts
+        assert c.dropped > 0, c
+        # Once out of the write it was in at the deadline, the writer thread
+        # writes nothing more, closes the pipe and ends.
+        assert reader.eof.wait(30), "the pipe was never closed"
+        writer = f"rollout_trace writer {(t.run_id or '')[:8]}"
+        assert _wait_for_threads_to_end(writer, f"rollout_trace sink jsonl://{fifo}") == []
+    finally:
+        reader.stop()
+    lines = bytes(reader.data).splitlines()
+    events = [line for line in lines if b'"attempt_dispatched"' in line]
+    assert not [line for line in lines if b'"trace_closed"' in line]
+    # What is counted written is in the pipe; past it, at most the piece the
+    # writer thread was inside at the deadline (its events count as dropped).
+    shortest = min(len(line) + 1 for line in events)
+    assert c.written <= len(events) <= c.written + _PIECE // shortest, (c, len(events))
+    messages = [r.getMessage() for r in trace_log.records]
+    assert [m for m in messages if "deadline" in m], messages
+    # A slow sink is not taken for a hung one (each call is short), and the
+    # close mark is never taken for an event.
+    assert not [m for m in messages if "hangs" in m or "longer than 2 s" in m], messages
+    assert not [m for m in messages if "could not be encoded" in m], messages

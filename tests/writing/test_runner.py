@@ -1,0 +1,186 @@
+"""A sink's thread (``_writing.runner``): what it hands its sink, and what it counts.
+
+The runner is fed without waiting and writes on its own thread; while one
+write is in progress (or the thread waits for the GIL), batches queue behind
+it. These tests hold a sink inside a real write and queue batches behind it,
+so what happens next does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rollout_trace._writing.runner import _GATHER, _PIECE, Batch, SinkRunner
+from sinks import Sink
+
+
+class HeldSink(Sink):
+    """Records every call; its first write waits for ``release``; writes past
+    ``fail_at`` raise."""
+
+    def __init__(self, fail_at: int = 0) -> None:
+        super().__init__("held", {})
+        self.writes: list[bytes] = []
+        self.fail_at = fail_at
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        if len(self.writes) == 1:
+            self.inside.set()
+            assert self.release.wait(10), "the test never released the sink"
+        if self.fail_at and len(self.writes) >= self.fail_at:
+            raise OSError(5, "Input/output error (injected)")
+
+
+def _line(seq: int) -> bytes:
+    return b'{"seq":%d}\n' % seq
+
+
+def _run(sink: HeldSink, queued: list[tuple[int, int]]) -> tuple[SinkRunner, list[int]]:
+    """Hold ``sink`` in a write of seq 1, queue ``queued`` behind it as
+    (first seq, events) batches (0 events: a lifecycle line), then let go."""
+    acks: list[int] = []
+    runner = SinkRunner("held://", sink, 1_000_000, lambda: None)
+    runner.start()
+    assert runner.opened.wait(10)
+    runner.submit(_line(1), Batch(1, 1, acks.append))
+    assert sink.inside.wait(10)
+    for first, n in queued:
+        data = b"".join(_line(seq) for seq in range(first, first + max(n, 1)))
+        runner.submit(data, Batch(n, first if n else float("inf"), acks.append))
+    sink.release.set()
+    runner.close()
+    assert runner.ended.wait(10)
+    return runner, acks
+
+
+@pytest.mark.parametrize(
+    ("queued", "writes"),
+    [
+        # Twenty batches queued behind a write go to the sink in one write.
+        ([(s, 1) for s in range(2, 22)], [[1], list(range(2, 22))]),
+        # Batches of many events too, in seq order.
+        ([(2, 10), (12, 10), (22, 5)], [[1], list(range(2, 27))]),
+        # A lifecycle line (no events: trace_opened, trace_closed) is written
+        # alone, between what came before it and what came after it.
+        ([(2, 1), (3, 1), (99, 0), (4, 1)], [[1], [2, 3], [99], [4]]),
+    ],
+    ids=["single-events", "whole-batches", "lifecycle-alone"],
+)
+def test_batches_queued_behind_a_write_go_in_one_write(
+    queued: list[tuple[int, int]], writes: list[list[int]]
+) -> None:
+    sink = HeldSink()
+    runner, acks = _run(sink, queued)
+    assert [[int(x[7:-1]) for x in w.splitlines()] for w in sink.writes] == writes
+    events = 1 + sum(n for _, n in queued)
+    # Every batch is acknowledged once, with its own count.
+    assert sorted(acks) == sorted([1] + [n for _, n in queued])
+    assert (runner.written, runner.lost, runner.error) == (events, 0, None)
+    assert runner.idle
+
+
+def test_a_joined_write_that_fails_loses_every_batch_in_it() -> None:
+    sink = HeldSink(fail_at=2)
+    runner, acks = _run(sink, [(2, 3), (5, 4), (9, 1)])
+    assert len(sink.writes) == 2  # the held one, then one for the three batches
+    assert acks == [1]  # only the held write was acknowledged
+    assert (runner.written, runner.lost) == (1, 8)
+    assert runner.first_lost <= 2  # a flush from seq 2 on says False
+    assert runner.error is not None and "Input/output error" in runner.error
+    assert runner.idle
+
+
+def test_what_a_sink_joins_is_bounded() -> None:
+    # Batches past the bound wait for the next write, so a sink that fell far
+    # behind never gets one write the size of everything it holds.
+    sink = HeldSink()
+    size = _GATHER * 3 // 8  # the bound is reached with the third batch
+    acks: list[int] = []
+    runner = SinkRunner("held://", sink, 1_000_000, lambda: None)
+    runner.start()
+    assert runner.opened.wait(10)
+    runner.submit(_line(1), Batch(1, 1, acks.append))
+    assert sink.inside.wait(10)
+    for seq in range(2, 6):
+        runner.submit(b"x" * (size - 1) + b"\n", Batch(1, seq, acks.append))
+    sink.release.set()
+    runner.close()
+    assert runner.ended.wait(10)
+    assert [len(w) for w in sink.writes] == [len(_line(1)), 3 * size, size]
+    assert runner.written == 5
+
+
+def _direct(sink: HeldSink) -> tuple[SinkRunner, list[int]]:
+    """A direct runner (written by the caller of submit) on an opened ``sink``."""
+    acks: list[int] = []
+    runner = SinkRunner("held://", sink, 1_000_000, lambda: None, direct=True)
+    runner.start()
+    assert runner.opened.wait(10)
+    return runner, acks
+
+
+SMALL = b"s" * 99 + b"\n"  # a line of 100 bytes
+BIG = b"b" * (_PIECE * 3 // 2) + b"\n"  # a line longer than a piece
+
+
+@pytest.mark.parametrize(
+    ("lines", "writes"),
+    [
+        # Within the bound: one write, as the batch came.
+        ([SMALL] * 10, [[SMALL] * 10]),
+        # A batch of two and a half pieces: three writes of whole lines, none
+        # longer than a piece (a slow sink finishes each well within
+        # close_timeout, and a run given up stops between two of them).
+        (
+            [SMALL] * (_PIECE * 5 // 200),
+            [[SMALL] * (_PIECE // 100)] * 2 + [[SMALL] * (_PIECE * 5 // 200 - 2 * (_PIECE // 100))],
+        ),
+        # A line longer than a piece goes whole, in a write of its own.
+        (
+            [SMALL] * 10 + [BIG] + [SMALL] * 10,
+            [[SMALL] * 10, [BIG], [SMALL] * 10],
+        ),
+    ],
+    ids=["small", "pieces", "long-line"],
+)
+def test_a_direct_runner_writes_a_large_batch_in_pieces_of_whole_lines(
+    lines: list[bytes], writes: list[list[bytes]]
+) -> None:
+    sink = HeldSink()
+    sink.release.set()
+    runner, acks = _direct(sink)
+    runner.submit(b"".join(lines), Batch(len(lines), 1, acks.append))
+    assert [w.splitlines(keepends=True) for w in sink.writes] == writes
+    assert all(len(w) <= _PIECE for w in sink.writes if BIG not in w)
+    # Counted as written once each, piece by piece.
+    assert sum(acks) == runner.written == len(lines) and runner.idle
+    runner.close()
+    assert runner.ended.wait(10)
+
+
+def test_a_direct_runner_stopped_inside_a_piece_writes_no_more() -> None:
+    # A close that gives the run up at its deadline stops the sink while the
+    # writer thread is inside a write: the pieces after it are never written,
+    # and the one it was in counts as lost, though it may have reached the sink.
+    sink = HeldSink()
+    runner, acks = _direct(sink)
+    n = _PIECE * 3 // 100
+    writer = threading.Thread(
+        target=runner.submit, args=(SMALL * n, Batch(n, 1, acks.append)), daemon=True
+    )
+    writer.start()
+    assert sink.inside.wait(10)
+    runner.fail("did not write what it held before the close deadline")
+    sink.release.set()
+    writer.join(10)
+    assert not writer.is_alive()
+    assert len(sink.writes) == 1  # the piece it was in; none after
+    assert (acks, runner.written, runner.lost) == ([], 0, n)
+    assert runner.idle
+    runner.close()
+    assert runner.ended.wait(10)
