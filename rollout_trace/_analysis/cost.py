@@ -197,14 +197,24 @@ class CostAnalysis:
         if run is not None:
             _store(run, nxt, last)
 
-    def merge(self, other: CostAnalysis) -> None:
-        """Fold in another analysis of more of the same trace set."""
+    def merge(self, other: CostAnalysis, *, take: bool = False) -> None:
+        """Fold in another analysis of more of the same trace set.
+
+        With ``take``, ``other`` is given up to this one (it is not used again,
+        as an analysis sent back by a worker process is not): a run only it
+        holds is taken over as it is, not copied.
+        """
         for run_id, theirs in list(other._runs.items()):
             mine = self._runs.get(run_id)
             if mine is None:
+                if take:
+                    self._runs[run_id] = theirs
+                    continue
                 # A copy: `other` stays as it was, whatever is merged later.
                 mine = self._runs[run_id] = RunFold(run_id)
             mine.merge(theirs)
+        if take:
+            other._runs = {}
 
     def add_version(self, ev: Any) -> None:
         """Fold in a line that differs from those before it with its seq (``copies_later``)."""

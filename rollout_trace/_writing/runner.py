@@ -84,8 +84,13 @@ _DISCARD = object()
 _GATHER = 1 << 23
 # A direct sink's writes (see SinkRunner._write_pieces): the writer thread
 # drains the whole queue at once, which can be a buffer's worth of events
-# (tens of MiB) after a slow write.
-_PIECE = 1 << 20
+# (tens of MiB) after a slow write. A call is sized to last about _PIECE_S at
+# the rate the sink's last write went, within these bounds. Sized by bytes
+# alone (1 MiB), a fast file cost a turn of the GIL (up to a switch interval,
+# 5 ms, while the program emits) per 8,000 events, and the writer fell behind.
+_PIECE_S = 0.05
+_MIN_PIECE = 1 << 20
+_MAX_PIECE = _GATHER  # as much as a sink's own thread writes in one call
 
 
 class SinkRunner:
@@ -104,6 +109,7 @@ class SinkRunner:
         self.sink = sink
         self.cap = cap  # events this sink may have queued before it loses batches
         self.direct = direct  # written and flushed by the caller of submit() and mark()
+        self._piece = _MIN_PIECE  # a direct sink's bytes per call (_write_pieces)
         self._on_progress = on_progress
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # Held to change ``live`` and to count a write: a run given up at its
@@ -148,7 +154,7 @@ class SinkRunner:
             return
         if self.direct:
             self._handed += batch.n
-            if len(data) <= _PIECE:
+            if len(data) <= self._piece:
                 self._write(data, [batch])
             else:
                 self._write_pieces(data, batch)
@@ -306,20 +312,29 @@ class SinkRunner:
             self._write(datas[0] if len(datas) == 1 else b"".join(datas), batches)
 
     def _write_pieces(self, data: bytes, batch: Batch) -> None:
-        """A direct batch larger than ``_PIECE`` goes in writes of at most that
-        many bytes of whole lines: a slow sink then finishes each call well
+        """A direct batch larger than ``self._piece`` goes in writes of that many
+        bytes of whole lines at most: a slow sink then finishes each call well
         within ``close_timeout`` (it is not taken for a hung one), and a close
-        that gives the run up at its deadline stops it between two of them."""
+        that gives the run up at its deadline stops it between two of them.
+
+        A piece is what the sink wrote in ``_PIECE_S`` in its last piece (the
+        wait for the GIL after the call included), so a slow sink gets small
+        pieces and a fast file few calls."""
         end_all, start, left = len(data), 0, batch.n
         while start < end_all:
-            end = data.rfind(b"\n", start, start + _PIECE) + 1
+            piece = self._piece
+            end = data.rfind(b"\n", start, start + piece) + 1
             if end <= start:  # one line longer than a piece: it goes whole
-                end = data.find(b"\n", start + _PIECE) + 1 or end_all
+                end = data.find(b"\n", start + piece) + 1 or end_all
             n = left if end >= end_all else data.count(b"\n", start, end)
             left -= n
             # A piece's events have seqs from the batch's first on: it is
             # only ever compared with a later flush's boundary.
+            began = time.monotonic()
             self._write(data[start:end], [Batch(n, batch.first_seq, batch.on_first_ack)])
+            took = time.monotonic() - began
+            rate = (end - start) / took if took > 0 else _MAX_PIECE / _PIECE_S
+            self._piece = min(_MAX_PIECE, max(_MIN_PIECE, int(rate * _PIECE_S)))
             start = end
 
     def _write(self, data: bytes, batches: list[Batch]) -> None:

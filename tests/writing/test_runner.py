@@ -9,10 +9,12 @@ so what happens next does not depend on timing.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from rollout_trace._writing.runner import _GATHER, _PIECE, Batch, SinkRunner
+from rollout_trace._writing import runner as runner_module
+from rollout_trace._writing.runner import _GATHER, _MAX_PIECE, _MIN_PIECE, Batch, SinkRunner
 from sinks import Sink
 
 
@@ -125,7 +127,7 @@ def _direct(sink: HeldSink) -> tuple[SinkRunner, list[int]]:
 
 
 SMALL = b"s" * 99 + b"\n"  # a line of 100 bytes
-BIG = b"b" * (_PIECE * 3 // 2) + b"\n"  # a line longer than a piece
+BIG = b"b" * (_MIN_PIECE * 3 // 2) + b"\n"  # a line longer than a piece
 
 
 @pytest.mark.parametrize(
@@ -137,8 +139,9 @@ BIG = b"b" * (_PIECE * 3 // 2) + b"\n"  # a line longer than a piece
         # longer than a piece (a slow sink finishes each well within
         # close_timeout, and a run given up stops between two of them).
         (
-            [SMALL] * (_PIECE * 5 // 200),
-            [[SMALL] * (_PIECE // 100)] * 2 + [[SMALL] * (_PIECE * 5 // 200 - 2 * (_PIECE // 100))],
+            [SMALL] * (_MIN_PIECE * 5 // 200),
+            [[SMALL] * (_MIN_PIECE // 100)] * 2
+            + [[SMALL] * (_MIN_PIECE * 5 // 200 - 2 * (_MIN_PIECE // 100))],
         ),
         # A line longer than a piece goes whole, in a write of its own.
         (
@@ -149,14 +152,15 @@ BIG = b"b" * (_PIECE * 3 // 2) + b"\n"  # a line longer than a piece
     ids=["small", "pieces", "long-line"],
 )
 def test_a_direct_runner_writes_a_large_batch_in_pieces_of_whole_lines(
-    lines: list[bytes], writes: list[list[bytes]]
+    lines: list[bytes], writes: list[list[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(runner_module, "_PIECE_S", 0.0)  # pieces of _MIN_PIECE, however fast
     sink = HeldSink()
     sink.release.set()
     runner, acks = _direct(sink)
     runner.submit(b"".join(lines), Batch(len(lines), 1, acks.append))
     assert [w.splitlines(keepends=True) for w in sink.writes] == writes
-    assert all(len(w) <= _PIECE for w in sink.writes if BIG not in w)
+    assert all(len(w) <= _MIN_PIECE for w in sink.writes if BIG not in w)
     # Counted as written once each, piece by piece.
     assert sum(acks) == runner.written == len(lines) and runner.idle
     runner.close()
@@ -169,7 +173,7 @@ def test_a_direct_runner_stopped_inside_a_piece_writes_no_more() -> None:
     # and the one it was in counts as lost, though it may have reached the sink.
     sink = HeldSink()
     runner, acks = _direct(sink)
-    n = _PIECE * 3 // 100
+    n = _MIN_PIECE * 3 // 100
     writer = threading.Thread(
         target=runner.submit, args=(SMALL * n, Batch(n, 1, acks.append)), daemon=True
     )
@@ -182,5 +186,65 @@ def test_a_direct_runner_stopped_inside_a_piece_writes_no_more() -> None:
     assert len(sink.writes) == 1  # the piece it was in; none after
     assert (acks, runner.written, runner.lost) == ([], 0, n)
     assert runner.idle
+    runner.close()
+    assert runner.ended.wait(10)
+
+
+class PacedSink(Sink):
+    """Writes at ``rates[k]`` bytes per second in its k-th call (the last rate
+    after that; 0: at once), recording the size of each call."""
+
+    def __init__(self, rates: list[float]) -> None:
+        super().__init__("paced", {})
+        self.rates = rates
+        self.sizes: list[int] = []
+
+    def write(self, data: bytes) -> None:
+        rate = self.rates[min(len(self.sizes), len(self.rates) - 1)]
+        self.sizes.append(len(data))
+        if rate:
+            time.sleep(len(data) / rate)
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("rates", "size", "pieces"),
+    [
+        # A fast file: after the first piece, pieces of the most a call may
+        # take (a piece per 8,000 events cost the writer a turn of the GIL each).
+        ([0], 20 * MIB, ["min", "max", "max", "rest"]),
+        # A slow sink (10 MB/s: a piece takes a tenth of a second): pieces stay
+        # the least, so no call comes near close_timeout.
+        ([10e6], 4 * MIB, ["min", "min", "min", "min", "rest"]),
+        # A fast sink that turns slow (20 MB/s) after its first piece: one large
+        # piece, then the pieces shrink back at once.
+        ([0, 20e6], 13 * MIB, ["min", "max", "min", "min", "min", "min", "rest"]),
+    ],
+    ids=["fast", "slow", "turns-slow"],
+)
+def test_a_direct_runner_sizes_its_pieces_by_how_fast_the_sink_writes(
+    rates: list[float], size: int, pieces: list[str]
+) -> None:
+    sink = PacedSink(rates)
+    runner = SinkRunner("paced://", sink, 1_000_000, lambda: None, direct=True)
+    runner.start()
+    assert runner.opened.wait(10)
+    n = size // len(SMALL)
+    runner.submit(SMALL * n, Batch(n, 1, lambda k: None))
+    assert sum(sink.sizes) == n * len(SMALL) and runner.written == n
+    # Whole lines: a piece is up to a line short of its bound.
+    bounds = {
+        "min": (_MIN_PIECE - len(SMALL), _MIN_PIECE),
+        "max": (_MAX_PIECE - len(SMALL), _MAX_PIECE),
+        "rest": (0, _MAX_PIECE),
+    }
+    shapes = [
+        want if low < got <= high else f"{got} bytes"
+        for got, want in zip(sink.sizes, pieces, strict=False)
+        for low, high in [bounds[want]]
+    ]
+    assert len(sink.sizes) == len(pieces) and shapes == pieces, sink.sizes
     runner.close()
     assert runner.ended.wait(10)

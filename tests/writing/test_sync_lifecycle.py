@@ -755,7 +755,7 @@ def test_a_writer_thread_given_up_ends_its_own_run_and_touches_no_other(
 def test_a_close_that_gives_a_slow_lone_sink_up_counts_what_reached_it(
     tmp_path: Path, trace_log: pytest.LogCaptureFixture
 ) -> None:
-    from rollout_trace._writing.runner import _PIECE
+    from rollout_trace._writing.runner import _MIN_PIECE as _PIECE
 
     fifo = tmp_path / "slow.jsonl"
     os.mkfifo(fifo)
