@@ -412,6 +412,24 @@ class SiblingTable:
         packed = self.h_keys[i]
         return unpack_key(packed) if packed >= 0 else self.h_other[-1 - packed]
 
+    # --- between processes ------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A table folded in another process (``--jobs``, ``--ray``): the hash of a
+        key with a str in it differs from one process to the next (hash
+        randomization), so what was built from those hashes is built again here,
+        where the key will be looked up. Keys of ints hash alike everywhere."""
+        for name, value in state.items():
+            setattr(self, name, value)
+        if all(type(key) is int or type(key[0]) is int for key in self.r_keys):
+            return
+        self.hashes = array("q", (hash(unpack_key(key)) for key in self.r_keys))
+        self.bits = filter_of(self.hashes, len(self.bits))
+        self._index = None
+
     def grow(self) -> None:
         """Make the filter four times as large, once it has fewer than 16 slots a key
         (one key in 16 then finds its bit set by chance)."""
