@@ -424,7 +424,7 @@ class SiblingTable:
         where the key will be looked up. Keys of ints hash alike everywhere."""
         for name, value in state.items():
             setattr(self, name, value)
-        if all(type(key) is int or type(key[0]) is int for key in self.r_keys):
+        if all(isinstance(key, int) or type(key[0]) is int for key in self.r_keys):
             return
         self.hashes = array("q", (hash(unpack_key(key)) for key in self.r_keys))
         self.bits = filter_of(self.hashes, len(self.bits))
