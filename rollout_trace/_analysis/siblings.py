@@ -308,8 +308,13 @@ class SiblingTable:
         latest seal only rises and the start above it stays. Ends are kept.
         """
         extra: Extra | None = row[EXTRA]
+        if extra is None:
+            return
+        # Pruned again once what is held has doubled, ends included (they are
+        # never pruned): a prune per event would scan every start each time.
+        extra.limit = max(2, 2 * (len(extra.starts) + len(extra.ends)))
         sealed = row[Z_SEQ]
-        if extra is None or sealed < 0:
+        if sealed < 0:
             return
         starts = extra.starts
         top: dict[int, int] = {}  # attempt -> its highest start below the seal
@@ -328,7 +333,7 @@ class SiblingTable:
             for seq in dead:
                 a, t = starts.pop(seq)
                 self.remember(packed, seq, a, t)
-        extra.limit = max(2, 2 * len(starts))
+        extra.limit = max(2, 2 * (len(starts) + len(extra.ends)))
         if not starts and not extra.ends:
             row[EXTRA] = None
 

@@ -117,6 +117,26 @@ def test_many_keys_reused_keep_a_record_each_not_one_per_try() -> None:
     assert _siblings(run) == _reference(events)
 
 
+def test_a_sibling_with_many_open_tries_then_many_seals_is_pruned_rarely(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 500 tries of one sibling open at once, then 1,500 seals: ends are never
+    # pruned, so a limit on the starts alone sent every seal into a prune that
+    # scanned all 500 starts (quadratic time). Prunes come as what is held doubles.
+    tries = 500
+    body = [(100.0 + a, disp(7, 0, a)) for a in range(tries)]
+    body += [(1000.0 + i, seal(7, 0, i % tries)) for i in range(3 * tries)]
+    events = make_run(1, 50.0, body)
+    calls = []
+    prune = SiblingTable.prune
+    monkeypatch.setattr(
+        SiblingTable, "prune", lambda self, key, row: calls.append(key) or prune(self, key, row)
+    )
+    run = _fold([events])
+    assert len(calls) <= 40, len(calls)
+    assert _siblings(run) == _reference(events)
+
+
 # --- the figures, against every event kept in memory ----------------------------
 
 
