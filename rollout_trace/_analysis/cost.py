@@ -1,8 +1,9 @@
 """What a stop and restore cost, from events alone (README: Reference > Restore-cost figures).
 
 Runs are folded into order-free state (``fold.RunFold``) as events stream by,
-so a trace set of any length and any layout needs memory for one small row
-per attempt and the run's steps, not for its events, and gives the same
+so a trace set of any length and any layout needs memory for a few numbers
+per sibling (however often its prompt is reused; 32 bytes per try superseded)
+and the run's steps, not for its events, and gives the same
 figures whatever order its files and lines come in. ``CostAnalysis.add`` is
 the hot loop: events that arrive in seq order take a short path; any other
 goes through ``RunFold.add``. ``stops`` orders the runs, pairs each run that
@@ -33,19 +34,9 @@ from .._schema.events import RestoreStarted, TraceOpened
 from .copies import Conflicts
 from .figures import Note, StopCost, orphan_cost, stop_cost, stop_notes
 from .fold import FAST_KIND, IGNORED, ROLLOUT, SEQ_LIMIT, First, RunFold
+from .retired import E_SEQ, EXTRA, INDEX_BITS, PROMPT_LIMIT, S_ATT, S_SEQ, S_TIME
 from .seqs import SeqSet
-from .siblings import (
-    E_SEQ,
-    EXTRA,
-    INDEX_BITS,
-    INT64_MAX,
-    INT64_MIN,
-    PROMPT_LIMIT,
-    S_ATT,
-    S_SEQ,
-    S_TIME,
-    SiblingTable,
-)
+from .siblings import INT64_MAX, INT64_MIN, SiblingTable
 
 __all__ = ["CostAnalysis", "gc_paused", "restore_costs", "RunEvents", "group_runs"]
 
@@ -187,7 +178,14 @@ class CostAnalysis:
                 slot = h & mask
                 bit = 1 << (slot & 7)
                 if bits[slot >> 3] & bit:
+                    # Retired before, maybe: once enough are, the records
+                    # their later ones supersede go (`SiblingTable.compact`).
                     collide.add(key)
+                    table.again += 1
+                    if table.again > table.again_limit:
+                        table.compact()
+                        bits, mask = retired.filter()
+                        continue
                 bits[slot >> 3] |= bit
                 retired.count += 1
                 if retired.count << 4 > mask + 1:  # as `SiblingTable.retire` grows it
@@ -199,14 +197,24 @@ class CostAnalysis:
         if run is not None:
             _store(run, nxt, last)
 
-    def merge(self, other: CostAnalysis) -> None:
-        """Fold in another analysis of more of the same trace set."""
+    def merge(self, other: CostAnalysis, *, take: bool = False) -> None:
+        """Fold in another analysis of more of the same trace set.
+
+        With ``take``, ``other`` is given up to this one (it is not used again,
+        as an analysis sent back by a worker process is not): a run only it
+        holds is taken over as it is, not copied.
+        """
         for run_id, theirs in list(other._runs.items()):
             mine = self._runs.get(run_id)
             if mine is None:
+                if take:
+                    self._runs[run_id] = theirs
+                    continue
                 # A copy: `other` stays as it was, whatever is merged later.
                 mine = self._runs[run_id] = RunFold(run_id)
             mine.merge(theirs)
+        if take:
+            other._runs = {}
 
     def add_version(self, ev: Any) -> None:
         """Fold in a line that differs from those before it with its seq (``copies_later``)."""

@@ -19,7 +19,8 @@ a fold made with ``copies_later`` leaves those lines out, for that second
 read to hand in only the ones that differ (``fold``).
 
 Memory, per run: its siblings (``siblings.SiblingTable``: a live row per
-sibling open now, a few numbers per sibling tried once and sealed); the seqs
+sibling open now, a few numbers per sibling sealed, however often its key is
+reused, and 32 bytes per superseded start); the seqs
 seen as ranges (one per gap or out-of-order stretch); the steps, snapshots
 and checkpoints; and the siblings resumed. Never the events themselves.
 """
@@ -224,6 +225,10 @@ class RunFold:
         ):
             # Not what a retired sibling holds already: another version of
             # the line, or one its record cannot vouch for; a row takes it.
+            # A start may be a version of one the table no longer holds:
+            # its history is then folded in at the end (`SiblingTable.unsure`).
+            if kind in (DISPATCHED, RESUMED):
+                self.table.unsure = True
             self.attempt(kind, ev)
         elif kind == RESUMED:
             self.resumed.add((ev.prompt_id, ev.generation_index))
@@ -236,7 +241,7 @@ class RunFold:
         if kind == SEALED:
             table.seal(key, row, ev.seq, ev.attempt, ev.time)
         elif kind in (DISPATCHED, RESUMED):
-            table.start(row, ev.seq, ev.attempt, ev.time)
+            table.start(row, ev.seq, ev.attempt, ev.time, key)
             if kind == RESUMED:
                 self.resumed.add(key)
         else:
@@ -268,6 +273,9 @@ class RunFold:
             self.again = self.seqs.copy()
             return
         both = self.seqs.intersection(other.seqs)
+        if both.tail is not None:
+            # Lines of one seq in both parts may differ: see `fold`.
+            self.table.unsure = True
         self.duplicates += other.duplicates + both.count
         for part in (self.again, other.again):
             if part is not None:

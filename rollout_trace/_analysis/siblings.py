@@ -6,33 +6,79 @@ latest seal with the start of the sealed try. Each is the event with the
 highest seq of its kind, so folding events in is commutative and two tables
 of parts of one run merge exactly.
 
-Most siblings are tried once: dispatched, then sealed. Such a sibling is
-*retired* from the table of live rows (a dict) into columns of numbers: its
-start and its seal are all the figures will ever need of what it has seen,
-whatever else of it comes later, so a retired record is as good as its row.
-A sibling that shows up again (a retry, a restart, a line read out of order)
+Most tries are dispatched, then sealed. Such a sibling is *retired* from the
+table of live rows (a dict) into columns of numbers: its start and its seal
+are all the figures will ever need of what it has seen, whatever else of it
+comes later, so a retired record is as good as its row. A sibling that shows
+up again (its prompt reused, a retry, a restart, a line read out of order)
 gets a new live row; a small filter of the retired keys notices that, and
-only those siblings are joined up when the figures are computed. Memory is
-a live row per sibling open now, and about 60 bytes plus its key per sibling
-retired.
+only those siblings are joined up when the figures are computed.
+
+A key reused a thousand times must not cost a thousand records. A record is
+superseded by a later one of its key that starts the same attempt after its
+seal (``compact``, run each time as many keys came back as there are
+records), and a live row's start of an attempt with another start of that
+attempt above it and below the row's latest seal is dropped (``prune``):
+whatever arrives later, save a conflicting copy (below), no figure reads
+them. Memory is a live row
+per sibling open now (its starts: about one per attempt number it has used),
+about 60 bytes plus its key per record (up to two per sibling between
+compactions), however many times each was tried; and 32 bytes per start
+dropped (the history, below), the one part that still grows with the tries.
+
+Only a line that differs from one folded in with its seq (a conflicting
+copy) can bring a dropped start back: a version of a later start with a lower
+attempt, or of the dropped start itself with a higher one, changes which start
+is the least at that seq. So the dropped starts are kept as numbers (``h_*``),
+and folded back in when the figures are computed if the table saw a start
+whose seq was seen before that no record held, or a merge of parts with seqs
+in common (``unsure``); a run read once never is.
 
 Two events of one sibling may share a seq: the same line read twice (a second
 copy of the run), or two lines that differ (a conflicting copy). Each kept
 value then holds the least of them (by attempt, then time), so that which came
 first does not matter, and the same line again changes nothing. Telling the
 second case from the first for a retired sibling needs its record: a run read
-twice gets an index of its retired keys (``_Index``, 8 bytes per record) the
-first time one of them is seen again.
+twice gets an index of its retired keys (``retired.KeyIndex``, 8 bytes per
+record) the first time one of them is seen again.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from array import array
-from typing import Any, NamedTuple, Union
+from collections import Counter
+from itertools import compress
+from typing import Any, NamedTuple
 
 from .._reading.lean import DISPATCHED, RESUMED, SEALED
+from .retired import (
+    E_ATT,
+    E_SEQ,
+    EXTRA,
+    INDEX_BITS,
+    INT64_MAX,
+    INT64_MIN,
+    PROMPT_LIMIT,
+    S_ATT,
+    S_SEQ,
+    S_TIME,
+    Z_ATT,
+    Z_SEQ,
+    Z_TIME,
+    Extra,
+    KeyIndex,
+    PackedKey,
+    Row,
+    SiblingKey,
+    earlier,
+    extra_of,
+    filter_of,
+    latest_seal,
+    new_row,
+    pack_key,
+    unpack_key,
+)
 
 __all__ = [
     "INDEX_BITS",
@@ -54,51 +100,10 @@ __all__ = [
     "unpack_key",
 ]
 
-# A sibling: (prompt_id, generation_index); its attempts are its tries.
-SiblingKey = tuple[Union[int, str], int]  # noqa: UP007
 
-# A live row: the latest start (seq, attempt, time); the latest end after it
-# (seq, attempt); the latest seal (seq, attempt, time); -1 or NaN for none;
-# then the rare sibling's other starts and ends (``_Extra``), or None.
-S_SEQ, S_ATT, S_TIME, E_SEQ, E_ATT, Z_SEQ, Z_ATT, Z_TIME, EXTRA = range(9)
-Row = list[Any]
-
-
-# A retired sibling's key is packed into one int where its prompt id is a
-# small enough non-negative int: one object of 32 bytes, where the tuple and
-# the prompt id it holds take 88. A packed key is never equal to a tuple.
-INDEX_BITS = 24
-PROMPT_LIMIT = 1 << 38
-PackedKey = Union[int, SiblingKey]  # noqa: UP007
-
-
-def pack_key(key: SiblingKey) -> PackedKey:
-    prompt, index = key
-    if type(prompt) is int and 0 <= prompt < PROMPT_LIMIT and 0 <= index < 1 << INDEX_BITS:
-        return prompt << INDEX_BITS | index
-    return key
-
-
-def unpack_key(key: PackedKey) -> SiblingKey:
-    if isinstance(key, int):
-        return (key >> INDEX_BITS, key & ((1 << INDEX_BITS) - 1))
-    return key
-
-
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def new_row() -> Row:
-    return [-1, -1, math.nan, -1, -1, -1, -1, math.nan, None]
-
-
-def earlier(a: tuple[Any, float], b: tuple[Any, float]) -> bool:
-    """Whether ``(attempt, time)`` ``a`` sorts before ``b``: which of two events with one
-    seq is kept. A total order (a NaN time last), so that it holds in any arrival order."""
-    if a[0] != b[0]:
-        return bool(a[0] < b[0])
-    x, y = a[1], b[1]
-    return x < y or (y != y and x == x)
+# Keys retired again before the first `SiblingTable.compact`; later, as many as
+# the records it left.
+_COMPACT_MIN = 64
 
 
 class Siblings(NamedTuple):
@@ -118,35 +123,20 @@ class Siblings(NamedTuple):
     seal_spans: array[float]
 
 
-class _Extra:
-    """A sibling's starts other than its latest, and its ends after that start but one."""
-
-    __slots__ = ("ends", "starts")
-
-    def __init__(self) -> None:
-        # By seq, so that a part merged twice adds nothing and a sibling
-        # tried thousands of times costs no scan per try.
-        self.starts: dict[int, tuple[int, float]] = {}  # seq -> (attempt, time)
-        self.ends: dict[int, int] = {}  # seq -> attempt, each after the latest start
-
-    def start(self, seq: int, attempt: int, t: float) -> None:
-        held = self.starts.get(seq)
-        if held is None or earlier((attempt, t), held):
-            self.starts[seq] = (attempt, t)
-
-    def end(self, seq: int, attempt: int) -> None:
-        held = self.ends.get(seq)
-        if held is None or attempt < held:
-            self.ends[seq] = attempt
-
-
 class SiblingTable:
     """Live rows for the siblings that need them, columns for the retired ones."""
 
     __slots__ = (
         "_index",
+        "again",
+        "again_limit",
         "bits",
         "collide",
+        "h_att",
+        "h_keys",
+        "h_other",
+        "h_seq",
+        "h_time",
         "hashes",
         "r_keys",
         "r_s_att",
@@ -156,6 +146,7 @@ class SiblingTable:
         "r_z_seq",
         "r_z_time",
         "rows",
+        "unsure",
     )
 
     def __init__(self) -> None:
@@ -174,7 +165,22 @@ class SiblingTable:
         self.bits = bytearray(1 << 10)
         self.hashes = array("q")  # each retired key's hash, to size the filter anew
         self.collide: set[SiblingKey] = set()
-        self._index: _Index | None = None  # made when a retired sibling is seen again
+        self._index: KeyIndex | None = None  # made when a retired sibling is seen again
+        # Keys retired again since the last `compact`, and how many make it due.
+        self.again = 0
+        self.again_limit = _COMPACT_MIN
+        # The starts that no figure can read whatever comes later, unless a
+        # line that differs from one folded in has its seq (see `compact`):
+        # kept as numbers, and folded in at the end only if such a line came
+        # (`unsure`: a start whose seq was seen, that no record held, or two
+        # parts merged with seqs in common).
+        # Each start's key packed (``pack_key``), or -1 - its place in `h_other`.
+        self.h_keys = array("q")
+        self.h_other: list[SiblingKey] = []
+        self.h_seq = array("q")
+        self.h_att = array("q")
+        self.h_time = array("d")
+        self.unsure = False
 
     # --- folding in -------------------------------------------------------------
 
@@ -191,7 +197,10 @@ class SiblingTable:
         slot = hash(key) & ((len(self.bits) << 3) - 1)
         return bool(self.bits[slot >> 3] & (1 << (slot & 7)))
 
-    def start(self, row: Row, seq: int, attempt: int, t: float) -> None:
+    def start(
+        self, row: Row, seq: int, attempt: int, t: float, key: SiblingKey | None = None
+    ) -> None:
+        """Fold a start in; with ``key``, prune the row's starts once they are many."""
         held = row[S_SEQ]
         if seq == held:
             # The same event again (a merge of overlapping parts), or another
@@ -200,11 +209,14 @@ class SiblingTable:
                 row[S_ATT], row[S_TIME] = attempt, t
             return
         if seq < held:
-            _extra(row).start(seq, attempt, t)
+            extra = extra_of(row)
+            extra.start(seq, attempt, t)
+            if key is not None and len(extra.starts) > extra.limit:
+                self.prune(key, row)
             return
         if held >= 0:
-            _extra(row).starts[held] = (row[S_ATT], row[S_TIME])
-        extra: _Extra | None = row[EXTRA]
+            extra_of(row).starts[held] = (row[S_ATT], row[S_TIME])
+        extra = row[EXTRA]
         row[S_SEQ], row[S_ATT], row[S_TIME] = seq, attempt, t
         # Only ends after the latest start can end it: forget the others (one
         # with the start's own seq too, as `end` would never have taken it).
@@ -212,6 +224,8 @@ class SiblingTable:
             row[E_SEQ] = row[E_ATT] = -1
         if extra is not None:
             extra.ends = {s: a for s, a in extra.ends.items() if s > seq}
+            if key is not None and len(extra.starts) > extra.limit:
+                self.prune(key, row)
 
     def end(self, row: Row, seq: int, attempt: int) -> None:
         held = row[E_SEQ]
@@ -222,15 +236,18 @@ class SiblingTable:
                 row[E_ATT] = attempt
         elif seq > held:
             if held >= 0:
-                _extra(row).ends[held] = row[E_ATT]
+                extra_of(row).ends[held] = row[E_ATT]
             row[E_SEQ], row[E_ATT] = seq, attempt
         else:
-            _extra(row).end(seq, attempt)
+            extra_of(row).end(seq, attempt)
 
     def seal(self, key: SiblingKey, row: Row, seq: int, attempt: int, t: float) -> None:
         """An ``attempt_sealed``: an end, and maybe the latest seal; retire the row if it can."""
         self.end(row, seq, attempt)
-        _latest_seal(row, seq, attempt, t)
+        latest_seal(row, seq, attempt, t)
+        extra: Extra | None = row[EXTRA]
+        if extra is not None and len(extra.starts) + len(extra.ends) > extra.limit:
+            self.prune(key, row)
         if (
             row[EXTRA] is None
             and row[S_SEQ] >= 0
@@ -272,14 +289,156 @@ class SiblingTable:
         bit = 1 << (slot & 7)
         if bits[slot >> 3] & bit or key in self.rows:
             self.collide.add(key)
+            self.again += 1
         bits[slot >> 3] |= bit
         if len(self.hashes) << 4 > len(bits) << 3:
             self.grow()
+        if self.again > self.again_limit:
+            self.compact()
+
+    # --- keeping a sibling's state bounded ------------------------------------------
+
+    def prune(self, key: SiblingKey, row: Row) -> None:
+        """Move the starts of a live row that no figure can read into the history.
+
+        A start of attempt ``a`` is read as the latest start (the highest seq
+        of all) or as the start of the try a seal ends (the latest start of
+        the seal's attempt below it). One with another start of ``a`` above
+        it and below the row's latest seal is neither, now or later: the
+        latest seal only rises and the start above it stays. Ends are kept.
+        """
+        extra: Extra | None = row[EXTRA]
+        if extra is None:
+            return
+        # Pruned again once what is held has doubled, ends included (they are
+        # never pruned): a prune per event would scan every start each time.
+        extra.limit = max(2, 2 * (len(extra.starts) + len(extra.ends)))
+        sealed = row[Z_SEQ]
+        if sealed < 0:
+            return
+        starts = extra.starts
+        top: dict[int, int] = {}  # attempt -> its highest start below the seal
+        if 0 <= row[S_SEQ] < sealed:
+            top[row[S_ATT]] = row[S_SEQ]
+        for seq, (a, _) in starts.items():
+            if seq < sealed and top.get(a, -1) < seq:
+                top[a] = seq
+        dead = [
+            seq
+            for seq, (a, _) in starts.items()
+            if seq < top.get(a, -1) and INT64_MIN <= a <= INT64_MAX
+        ]
+        if dead:
+            packed = pack_key(key)
+            for seq in dead:
+                a, t = starts.pop(seq)
+                self.remember(packed, seq, a, t)
+        extra.limit = max(2, 2 * (len(starts) + len(extra.ends)))
+        if not starts and not extra.ends:
+            row[EXTRA] = None
+
+    def compact(self) -> None:
+        """Drop the retired records that a later record of their key supersedes.
+
+        Record ``A`` of a key is superseded by ``B`` when both start the same
+        attempt and ``A``'s seal comes before ``B``'s start. Then ``A``'s end
+        and seal are below ``B``'s start and seal, so never the end after the
+        latest start nor the latest seal, whatever comes later; and ``A``'s
+        start is below ``B``'s, which is below every seal that can be the
+        latest, so never the latest start nor the latest start of its attempt
+        before that seal. Its start goes to the history (see `__init__`). A
+        key left with one record and no live row needs no join.
+        """
+        self.again = 0
+        r_keys = self.r_keys
+        n = len(r_keys)
+        self.again_limit = max(_COMPACT_MIN, n)
+        if not self.collide or not n:
+            return
+        # Only keys in `collide` have two records: their hashes pick them out.
+        wanted = {hash(key) for key in self.collide}
+        places = [i for i, h in enumerate(self.hashes) if h in wanted]
+        s_seq, s_att, z_seq = self.r_s_seq, self.r_s_att, self.r_z_seq
+        latest: dict[tuple[PackedKey, int], int] = {}  # (key, attempt) -> latest start
+        for i in places:
+            ka = (r_keys[i], s_att[i])
+            if latest.get(ka, -1) < s_seq[i]:
+                latest[ka] = s_seq[i]
+        dead = [i for i in places if z_seq[i] < latest[(r_keys[i], s_att[i])]]
+        if not dead:
+            return
+        s_time = self.r_s_time
+        if all(isinstance(r_keys[i], int) for i in dead):
+            self.h_keys.extend([r_keys[i] for i in dead])  # type: ignore[misc]
+            self.h_seq.extend([s_seq[i] for i in dead])
+            self.h_att.extend([s_att[i] for i in dead])
+            self.h_time.extend([s_time[i] for i in dead])
+        else:
+            for i in dead:
+                self.remember(r_keys[i], s_seq[i], s_att[i], s_time[i])
+        left = Counter(r_keys[i] for i in places)
+        left.subtract(r_keys[i] for i in dead)
+        rows, collide = self.rows, self.collide
+        for packed, count in left.items():
+            if count == 1:
+                key = unpack_key(packed)
+                if key not in rows:
+                    collide.discard(key)
+        keep = bytearray(b"\x01") * n
+        for i in dead:
+            keep[i] = 0
+        r_keys[:] = list(compress(r_keys, keep))
+        columns: tuple[Any, ...] = (
+            self.r_s_seq,
+            self.r_s_att,
+            self.r_s_time,
+            self.r_z_seq,
+            self.r_z_att,
+            self.r_z_time,
+            self.hashes,
+        )
+        for column in columns:  # in place: the hot loop holds their appends
+            column[:] = array(column.typecode, compress(column, keep))
+        self._index = None  # its places moved
+        self.again_limit = max(_COMPACT_MIN, len(r_keys))
+
+    def remember(self, packed: PackedKey, seq: int, attempt: int, t: float) -> None:
+        """Keep a start dropped from a row or a record in the history."""
+        if isinstance(packed, int):
+            self.h_keys.append(packed)
+        else:
+            self.h_keys.append(-1 - len(self.h_other))
+            self.h_other.append(packed)
+        self.h_seq.append(seq)
+        self.h_att.append(attempt)
+        self.h_time.append(t)
+
+    def _remembered(self, i: int) -> SiblingKey:
+        packed = self.h_keys[i]
+        return unpack_key(packed) if packed >= 0 else self.h_other[-1 - packed]
+
+    # --- between processes ------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A table folded in another process (``--jobs``, ``--ray``): the hash of a
+        key with a str in it differs from one process to the next (hash
+        randomization), so what was built from those hashes is built again here,
+        where the key will be looked up. Keys of ints hash alike everywhere."""
+        for name, value in state.items():
+            setattr(self, name, value)
+        if all(isinstance(key, int) or type(key[0]) is int for key in self.r_keys):
+            return
+        self.hashes = array("q", (hash(unpack_key(key)) for key in self.r_keys))
+        self.bits = filter_of(self.hashes, len(self.bits))
+        self._index = None
 
     def grow(self) -> None:
         """Make the filter four times as large, once it has fewer than 16 slots a key
         (one key in 16 then finds its bit set by chance)."""
-        self.bits = _filter(self.hashes, len(self.bits) << 2)
+        self.bits = filter_of(self.hashes, len(self.bits) << 2)
 
     def holds(self, key: SiblingKey, kind: int, seq: int, attempt: int, t: float) -> bool:
         """Whether a retired record of ``key`` makes an event whose seq was seen change nothing.
@@ -297,7 +456,7 @@ class SiblingTable:
             return False  # never retired: see `maybe_retired`
         index = self._index
         if index is None:
-            index = self._index = _Index()
+            index = self._index = KeyIndex()
         packed = pack_key(key)
         for i in index.find(h, self.hashes):
             if self.r_keys[i] != packed:
@@ -320,15 +479,26 @@ class SiblingTable:
 
         The retired records are taken over as they are, column by column: a
         key retired in both parts, or live in one and retired in the other,
-        is marked to be joined up (``collide``), as ``retire`` would.
+        is marked to be joined up (``collide``) and counted, as ``retire``
+        would (``compact`` when due). The history is taken over too.
         """
+        self.unsure = self.unsure or other.unsure
+        if other.h_other:
+            shift = len(self.h_other)
+            self.h_keys += array("q", (k if k >= 0 else k - shift for k in other.h_keys))
+            self.h_other += other.h_other
+        else:
+            self.h_keys += other.h_keys
+        self.h_seq += other.h_seq
+        self.h_att += other.h_att
+        self.h_time += other.h_time
         collide = self.collide
         for key in self.rows:
             if other.maybe_retired(key):
                 collide.add(key)
         for key, theirs in other.rows.items():
             row = self.live(key)
-            replay(self, row, theirs)
+            replay(self, row, theirs, key)
         collide |= other.collide
         if not other.r_keys:
             return
@@ -338,6 +508,7 @@ class SiblingTable:
             slot = h & mask
             if bits[slot >> 3] & (1 << (slot & 7)):
                 collide.add(unpack_key(other.r_keys[i]))
+                self.again += 1
         self.r_keys += other.r_keys
         self.r_s_seq += other.r_s_seq
         self.r_s_att += other.r_s_att
@@ -349,11 +520,13 @@ class SiblingTable:
         while (len(self.hashes) + len(other.hashes)) << 4 > size << 3:  # as `grow` grows it
             size <<= 2
         # The filter of both is the union of the two, each at that size.
-        mine = bits if len(bits) == size else _filter(self.hashes, size)
-        their_bits = other.bits if len(other.bits) == size else _filter(other.hashes, size)
+        mine = bits if len(bits) == size else filter_of(self.hashes, size)
+        their_bits = other.bits if len(other.bits) == size else filter_of(other.hashes, size)
         both = int.from_bytes(mine, "big") | int.from_bytes(their_bits, "big")
         self.bits = bytearray(both.to_bytes(size, "big"))
         self.hashes += other.hashes
+        if self.again > self.again_limit:
+            self.compact()
 
     # --- what the figures read ------------------------------------------------------
 
@@ -363,12 +536,19 @@ class SiblingTable:
         A sibling is in flight when its latest start (by seq) is of an
         attempt that the run has no end of after that start.
         """
+        if self.collide:
+            self.compact()
         open_: dict[SiblingKey, float] = {}
         out = Siblings(open_, [], array("d"), array("d"))
-        joined: dict[SiblingKey, Row] = {key: new_row() for key in self.collide}
+        keys = set(self.collide)
+        history = self.unsure and bool(self.h_keys)
+        if history:
+            keys.update(self._remembered(i) for i in range(len(self.h_keys)))
+        joined: dict[SiblingKey, Row] = {key: new_row() for key in keys}
+        packed_joined = {pack_key(key): row for key, row in joined.items()}
         z_time, s_time = self.r_z_time, self.r_s_time
         for i, packed in enumerate(self.r_keys):
-            row = joined.get(unpack_key(packed)) if joined else None
+            row = packed_joined.get(packed) if packed_joined else None
             if row is None:
                 # Retired and never seen again: closed, and sealed once.
                 out.seal_keys.append(packed)
@@ -376,8 +556,13 @@ class SiblingTable:
                 out.seal_spans.append(z_time[i] - s_time[i])
                 continue
             self.start(row, self.r_s_seq[i], self.r_s_att[i], s_time[i])
-            self.end(row, self.r_z_seq[i], self.r_z_att[i])
-            _latest_seal(row, self.r_z_seq[i], self.r_z_att[i], z_time[i])
+            # A record's end is of the attempt it started: `seal` retires no other.
+            self.end(row, self.r_z_seq[i], self.r_s_att[i])
+            latest_seal(row, self.r_z_seq[i], self.r_z_att[i], z_time[i])
+        if history:
+            for i in range(len(self.h_keys)):
+                row = joined[self._remembered(i)]
+                self.start(row, self.h_seq[i], self.h_att[i], self.h_time[i])
         for key, live in self.rows.items():
             row = joined.get(key)
             if row is not None:
@@ -389,71 +574,12 @@ class SiblingTable:
         return out
 
 
-def _filter(hashes: array[int], size: int) -> bytearray:
-    """A filter of ``size`` bytes with the bit of each of ``hashes`` set."""
-    bits = bytearray(size)
-    mask = (size << 3) - 1
-    for h in hashes:
-        slot = h & mask
-        bits[slot >> 3] |= 1 << (slot & 7)
-    return bits
-
-
-def _latest_seal(row: Row, seq: int, attempt: int, t: float) -> None:
-    held = row[Z_SEQ]
-    if seq > held or (seq == held and earlier((attempt, t), (row[Z_ATT], row[Z_TIME]))):
-        row[Z_SEQ], row[Z_ATT], row[Z_TIME] = seq, attempt, t
-
-
-class _Index:
-    """Where each retired key's records are: their hashes, sorted, each with its place.
-
-    A hash's high 32 bits and the place below them share one int64: 8 bytes a
-    record (a record whose hash only shares those bits is told apart by its
-    key). Records retired after the sort wait in a dict, and are sorted in
-    once they are more than a quarter as many as the rest.
-    """
-
-    __slots__ = ("_later", "_sorted", "_upto")
-
-    def __init__(self) -> None:
-        self._sorted = array("q")
-        self._later: dict[int, list[int]] = {}
-        self._upto = 0  # the records below this are in `_sorted` or `_later`
-
-    def find(self, h: int, hashes: array[int]) -> list[int]:
-        """The places of the records whose key may hash to ``h``."""
-        n = len(hashes)
-        if n > self._upto:
-            if n - len(self._sorted) > len(self._sorted) // 4:
-                self._sorted = array("q", sorted((x >> 32) << 32 | i for i, x in enumerate(hashes)))
-                self._later = {}
-            else:
-                for i in range(self._upto, n):
-                    self._later.setdefault(hashes[i], []).append(i)
-            self._upto = n
-        table, high = self._sorted, h >> 32
-        i = bisect.bisect_left(table, high << 32)
-        out = []
-        while i < len(table) and table[i] >> 32 == high:
-            out.append(table[i] & 0xFFFFFFFF)
-            i += 1
-        later = self._later.get(h) if self._later else None
-        return out if later is None else out + later
-
-
-def _extra(row: Row) -> _Extra:
-    extra: _Extra | None = row[EXTRA]
-    if extra is None:
-        extra = row[EXTRA] = _Extra()
-    return extra
-
-
-def replay(table: SiblingTable, row: Row, theirs: Row) -> None:
-    """Fold the events a live row stands for into ``row`` (another row of the same sibling)."""
+def replay(table: SiblingTable, row: Row, theirs: Row, key: SiblingKey | None = None) -> None:
+    """Fold the events a live row stands for into ``row`` (another row of the same sibling);
+    with ``key``, prune it after (``SiblingTable.prune``)."""
     starts = [(theirs[S_SEQ], theirs[S_ATT], theirs[S_TIME])]
     ends = [(theirs[E_SEQ], theirs[E_ATT])]
-    extra: _Extra | None = theirs[EXTRA]
+    extra: Extra | None = theirs[EXTRA]
     if extra is not None:
         starts += [(seq, a, t) for seq, (a, t) in extra.starts.items()]
         ends += list(extra.ends.items())
@@ -464,11 +590,13 @@ def replay(table: SiblingTable, row: Row, theirs: Row) -> None:
         if seq >= 0:
             table.end(row, seq, attempt)
     if theirs[Z_SEQ] >= 0:
-        _latest_seal(row, theirs[Z_SEQ], theirs[Z_ATT], theirs[Z_TIME])
+        latest_seal(row, theirs[Z_SEQ], theirs[Z_ATT], theirs[Z_TIME])
+    if key is not None and row[EXTRA] is not None:
+        table.prune(key, row)
 
 
 def _judge(key: SiblingKey, row: Row, out: Siblings) -> None:
-    extra: _Extra | None = row[EXTRA]
+    extra: Extra | None = row[EXTRA]
     if row[S_SEQ] >= 0:
         attempt = row[S_ATT]
         ended = row[E_SEQ] >= 0 and row[E_ATT] == attempt
@@ -482,7 +610,7 @@ def _judge(key: SiblingKey, row: Row, out: Siblings) -> None:
         out.seal_spans.append(row[Z_TIME] - _began(row, extra))
 
 
-def _began(row: Row, extra: _Extra | None) -> float:
+def _began(row: Row, extra: Extra | None) -> float:
     """When the try of the sibling's last seal began: its latest start before the seal."""
     sealed, attempt = row[Z_SEQ], row[Z_ATT]
     best = (-1, math.nan)

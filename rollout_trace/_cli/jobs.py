@@ -184,7 +184,7 @@ class _Merge:
         self._lines = [0] * len(pieces)
 
     def add(self, task: Sequence[int], folded: Folded) -> None:
-        self.analysis.merge(folded.analysis)
+        self.analysis.merge(folded.analysis, take=True)  # sent back: nobody else holds it
         for i, problems, lines in zip(task, folded.problems, folded.lines, strict=True):
             self._problems[i] = problems
             self._lines[i] = lines

@@ -127,18 +127,33 @@ def test_no_order_of_files_or_lines_changes_a_figure(
     assert stop == reference
 
 
+@pytest.mark.parametrize(
+    ("shuffled", "take"),
+    [
+        # Parts in any order, each copied into the total.
+        (True, False),
+        # The same, each given up to the total (as a worker's is).
+        (True, True),
+        # A run in each part, in order (a file per run): taken over whole.
+        (False, True),
+    ],
+)
 def test_folds_of_parts_of_a_run_merge_into_the_fold_of_the_whole(
-    long_stop: tuple[list[rt.Event], list[rt.Event]],
+    long_stop: tuple[list[rt.Event], list[rt.Event]], shuffled: bool, take: bool
 ) -> None:
     a, b = long_stop
-    events = random.Random(3).sample(a + b, len(a) + len(b))
+    events = random.Random(3).sample(a + b, len(a) + len(b)) if shuffled else a + b
     whole = CostAnalysis()
     whole.add(events)
     merged = CostAnalysis()
-    for part in _split(events, 4):
+    parts = _split(events, 4) if shuffled else [a, b]
+    for part in parts:
         piece = CostAnalysis()
         piece.add(part)
-        merged.merge(piece)
+        runs = dict(piece._runs)
+        merged.merge(piece, take=take)
+        if take and not shuffled:  # the run is the total's now, not a copy
+            assert [merged._runs[k] is run for k, run in runs.items()] == [True]
     assert [s.to_dict() for s in merged.stops()] == [s.to_dict() for s in whole.stops()]
     assert merged.notes == whole.notes == []
 

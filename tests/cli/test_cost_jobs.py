@@ -94,7 +94,26 @@ def _read_twice(folder: Path) -> list[Path]:
     return [*files, folder / "a-copy.jsonl"]
 
 
+def _str_prompts(folder: Path) -> list[Path]:
+    """A few siblings with str prompt ids, each tried in one range of the file
+    and tried again and sealed in another: a worker's hash of such a key is not
+    the command's (hash randomization), and the merge must still join the two."""
+    folder.mkdir(parents=True, exist_ok=True)
+    timed = [(100.5 + i / 100, disp(f"k{i}", 0)) for i in range(8)]
+    timed += [(101.0 + i / 100, step(i + 1)) for i in range(60)]  # lines between them
+    timed += [(102.0 + i / 100, disp(f"k{i}", 0, 1)) for i in range(8)]
+    timed += [(102.005 + i / 100, seal(f"k{i}", 0, 1)) for i in range(8)]
+    timed.append((104.0, snapshot(1, "/s/1", 104.0)))
+    run_b = make_run(2, 200.0, [(201.0, restore("/s/1", 1)), (202.0, restored(1))])
+    return [
+        write_run(folder / "a.jsonl", make_run(1, 100.0, timed)),
+        write_run(folder / "b.jsonl", run_b),
+    ]
+
+
 SETS: list[tuple[str, Callable[[Path], list[Path]], int]] = [
+    # Siblings with str prompt ids, their tries in different ranges.
+    ("str_prompts", _str_prompts, 0),
     # Several runs and stops, a gzip file among them.
     ("stops", _set, 0),
     # A torn last line in a file cut into ranges.
