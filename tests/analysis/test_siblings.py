@@ -117,6 +117,20 @@ def test_many_keys_reused_keep_a_record_each_not_one_per_try() -> None:
     assert _siblings(run) == _reference(events)
 
 
+def test_reused_keys_are_compacted_before_their_records_double() -> None:
+    # 200 siblings, 40 tries each, in order, folded a batch at a time: between
+    # two compactions at most a quarter as many records come back as are left
+    # (at least 64), so the table never holds much over 1.25 records a sibling.
+    events = _reused(40, keys=200)
+    analysis = CostAnalysis()
+    peak = 0
+    for i in range(0, len(events), 256):
+        analysis.add(events[i : i + 256])
+        [run] = analysis._runs.values()
+        peak = max(peak, len(run.table.r_keys))
+    assert peak <= 200 + 64 + 1, peak
+
+
 def test_a_sibling_with_many_open_tries_then_many_seals_is_pruned_rarely(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
