@@ -56,10 +56,17 @@ class CostAnalysis:
     a second read that compares those lines (``copies.CopyCheck``) hands in
     the ones that differ with ``add_version``, so that a run read twice costs
     its first read no more than counting.
+
+    Without ``history``, the starts a sibling's later tries make unreadable
+    are forgotten rather than kept (32 bytes each, a number that grows with
+    the lines of a run whose prompts come round again). They matter only
+    when a line differs from its copy: a caller that meets one (``conflicts``
+    after the second read) must fold the set again with ``history``.
     """
 
-    def __init__(self, *, copies_later: bool = False) -> None:
+    def __init__(self, *, copies_later: bool = False, history: bool = True) -> None:
         self._copies_later = copies_later
+        self._history = history
         self._runs: dict[str, RunFold] = {}
         self.notes: list[Note] = []
         # Per run, the seqs whose lines differ, as a second read of those in
@@ -103,7 +110,9 @@ class CostAnalysis:
                 run_id = ev.run_id
                 run = runs.get(run_id)
                 if run is None:
-                    run = runs[run_id] = RunFold(run_id, copies_later=self._copies_later)
+                    run = runs[run_id] = RunFold(
+                        run_id, copies_later=self._copies_later, history=self._history
+                    )
                 if source is not None:
                     run.sources.add(source)
                 nxt, last = None, None
@@ -211,7 +220,7 @@ class CostAnalysis:
                     self._runs[run_id] = theirs
                     continue
                 # A copy: `other` stays as it was, whatever is merged later.
-                mine = self._runs[run_id] = RunFold(run_id)
+                mine = self._runs[run_id] = RunFold(run_id, history=self._history)
             mine.merge(theirs)
         if take:
             other._runs = {}

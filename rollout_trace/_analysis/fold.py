@@ -144,7 +144,7 @@ class RunFold:
         "unusable",
     )
 
-    def __init__(self, run_id: str, *, copies_later: bool = False) -> None:
+    def __init__(self, run_id: str, *, copies_later: bool = False, history: bool = True) -> None:
         self.run_id = run_id
         self.copies_later = copies_later
         self.seqs = SeqSet()
@@ -167,7 +167,7 @@ class RunFold:
         self.snapshots: dict[str, tuple[int, float]] = {}  # path -> (seq, captured_at)
         self.checkpoints: dict[str, tuple[int, float]] = {}  # path -> (seq, time)
         self.resumed: set[SiblingKey] = set()
-        self.table = SiblingTable()
+        self.table = SiblingTable(history=history)
         self._siblings: Siblings | None = None
 
     # --- folding events in ---------------------------------------------------

@@ -138,6 +138,7 @@ class SiblingTable:
         "h_seq",
         "h_time",
         "hashes",
+        "history",
         "r_keys",
         "r_s_att",
         "r_s_seq",
@@ -149,7 +150,11 @@ class SiblingTable:
         "unsure",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, history: bool = True) -> None:
+        # Without ``history``, a dropped start is forgotten: only a line that
+        # differs from its copy could need it, and a reader that finds one
+        # reads again with it (``CostAnalysis``).
+        self.history = history
         self.rows: dict[SiblingKey, Row] = {}
         self.r_keys: list[PackedKey] = []
         self.r_s_seq = array("q")
@@ -368,7 +373,9 @@ class SiblingTable:
         if not dead:
             return
         s_time = self.r_s_time
-        if all(isinstance(r_keys[i], int) for i in dead):
+        if not self.history:
+            pass
+        elif all(isinstance(r_keys[i], int) for i in dead):
             self.h_keys.extend([r_keys[i] for i in dead])  # type: ignore[misc]
             self.h_seq.extend([s_seq[i] for i in dead])
             self.h_att.extend([s_att[i] for i in dead])
@@ -408,6 +415,8 @@ class SiblingTable:
 
     def remember(self, packed: PackedKey, seq: int, attempt: int, t: float) -> None:
         """Keep a start dropped from a row or a record in the history."""
+        if not self.history:
+            return
         if isinstance(packed, int):
             self.h_keys.append(packed)
         else:

@@ -104,10 +104,12 @@ def _usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _first_read(files: list[str], args: argparse.Namespace) -> tuple[CostAnalysis, BadLines]:
+def _first_read(
+    files: list[str], args: argparse.Namespace, *, history: bool
+) -> tuple[CostAnalysis, BadLines]:
     """Every file folded into one analysis, and the bad lines met."""
     if args.ray:
-        return fold_in_ray(files)
+        return fold_in_ray(files, history=history)
     jobs = args.jobs
     if jobs is None:
         # Workers re-import the __main__ of the program that starts them: only
@@ -115,7 +117,7 @@ def _first_read(files: list[str], args: argparse.Namespace) -> tuple[CostAnalysi
         jobs = _usable_cores() if getattr(args, "program", False) else 1
     if jobs > 1:
         try:
-            folded = fold_in_processes(files, jobs)
+            folded = fold_in_processes(files, jobs, history=history)
         except NoWorkers as exc:
             print(
                 f"rollout-trace cost: warning: {exc}; reading in this process, as --jobs 1 does",
@@ -128,7 +130,7 @@ def _first_read(files: list[str], args: argparse.Namespace) -> tuple[CostAnalysi
     problems = BadLines()
     # A run read twice is folded once here; the lines that differ come with
     # the second read that looks for them.
-    analysis = CostAnalysis(copies_later=True)
+    analysis = CostAnalysis(copies_later=True, history=history)
     with gc_paused():
         for path, events, _ in blocks(files, problems, lean=True):
             analysis.add(events, source=path)
@@ -137,17 +139,24 @@ def _first_read(files: list[str], args: argparse.Namespace) -> tuple[CostAnalysi
 
 def _run(args: argparse.Namespace) -> int:
     files = trace_files(args.paths)
-    try:
-        analysis, problems = _first_read(files, args)
-    except WorkerDied as exc:
-        print(f"rollout-trace cost: error: {exc}", file=sys.stderr)
-        return 1
+    # Folded without the history of dropped starts first (memory that grows
+    # with lines); only a line that differs from its copy needs it, and then
+    # the set is folded again with it (a damaged set: rare, and read twice).
+    for history in (False, True):
+        try:
+            analysis, problems = _first_read(files, args, history=history)
+        except WorkerDied as exc:
+            print(f"rollout-trace cost: error: {exc}", file=sys.stderr)
+            return 1
+        with gc_paused():
+            again = analysis.seen_again()
+            if again:
+                analysis.conflicts = compare_copies(
+                    again, analysis.files_to_compare(files), analysis.add_version, lean=True
+                )
+        if not analysis.conflicts:
+            break
     with gc_paused():
-        again = analysis.seen_again()
-        if again:
-            analysis.conflicts = compare_copies(
-                again, analysis.files_to_compare(files), analysis.add_version, lean=True
-            )
         stops = analysis.stops()
     report_problems(problems.first, problems.count)
     for note in analysis.notes:

@@ -135,10 +135,10 @@ def _count_bytes(n: int) -> None:
         _bytes.value += n
 
 
-def fold_pieces(task: Sequence[tuple[int, Piece]]) -> Folded:
+def fold_pieces(task: Sequence[tuple[int, Piece]], history: bool = True) -> Folded:
     """Fold the pieces of one task (each with its place in the plan) into one analysis."""
     global _current
-    analysis = CostAnalysis(copies_later=True)
+    analysis = CostAnalysis(copies_later=True, history=history)
     out = Folded(analysis, [], [])
     on_bytes = None if _bytes is None else _count_bytes
     die_on = os.environ.get(_DIE_ON)
@@ -177,9 +177,9 @@ def fold_pieces(task: Sequence[tuple[int, Piece]]) -> Folded:
 class _Merge:
     """The folds of the tasks, merged as they come; the bad lines put in piece order."""
 
-    def __init__(self, pieces: list[Piece]) -> None:
+    def __init__(self, pieces: list[Piece], history: bool) -> None:
         self.pieces = pieces
-        self.analysis = CostAnalysis(copies_later=True)
+        self.analysis = CostAnalysis(copies_later=True, history=history)
         self._problems: list[BadLines | None] = [None] * len(pieces)
         self._lines = [0] * len(pieces)
 
@@ -235,7 +235,9 @@ def shared(path: str) -> bool:
     return False
 
 
-def fold_in_processes(files: Sequence[str], jobs: int) -> tuple[CostAnalysis, BadLines] | None:
+def fold_in_processes(
+    files: Sequence[str], jobs: int, *, history: bool = True
+) -> tuple[CostAnalysis, BadLines] | None:
     """The first read of ``files`` by ``jobs`` worker processes; None when it is for one process
     (one task holds it all, or a path only this process can open: see ``shared``).
 
@@ -247,11 +249,13 @@ def fold_in_processes(files: Sequence[str], jobs: int) -> tuple[CostAnalysis, Ba
     pieces, tasks = plan(files, jobs)
     if len(tasks) < 2:
         return None  # a process of its own would only add its start-up
-    merge = _Merge(pieces)
+    merge = _Merge(pieces, history)
     # The workers' watch: the parent holds the only write end, and never writes.
     watch, alive = multiprocessing.Pipe(duplex=False)
     try:
-        pool, futures, state, done_bytes = _start(pieces, tasks, min(jobs, len(tasks)), watch)
+        pool, futures, state, done_bytes = _start(
+            pieces, tasks, min(jobs, len(tasks)), watch, history
+        )
     except BaseException:
         alive.close()
         watch.close()
@@ -290,7 +294,7 @@ _Started = tuple[ProcessPoolExecutor, dict[Future[Folded], list[int]], Any, Any]
 
 
 def _start(
-    pieces: list[Piece], tasks: list[list[int]], workers: int, watch: Connection
+    pieces: list[Piece], tasks: list[list[int]], workers: int, watch: Connection, history: bool
 ) -> _Started:
     """The pool, its shared state, and every task handed to it; ``NoWorkers`` if it cannot be."""
     pool = None
@@ -307,7 +311,7 @@ def _start(
             initargs=(state, done_bytes, watch),
         )
         # Workers are started here (the tasks come largest first).
-        futures = {pool.submit(fold_pieces, [(i, pieces[i]) for i in t]): t for t in tasks}
+        futures = {pool.submit(fold_pieces, [(i, pieces[i]) for i in t], history): t for t in tasks}
     except (OSError, ImportError) as exc:  # ImportError: a platform without sem_open
         if pool is not None:
             for at in state:
@@ -331,7 +335,7 @@ def _died(pieces: Sequence[str]) -> str:
     )
 
 
-def fold_in_ray(files: Sequence[str]) -> tuple[CostAnalysis, BadLines]:
+def fold_in_ray(files: Sequence[str], *, history: bool = True) -> tuple[CostAnalysis, BadLines]:
     """The first read of ``files`` as Ray tasks: on the cluster ``RAY_ADDRESS`` names, else
     a local one. The workers open the files by the same paths."""
     ray = _import_ray()
@@ -347,9 +351,9 @@ def fold_in_ray(files: Sequence[str]) -> tuple[CostAnalysis, BadLines]:
     try:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         pieces, tasks = plan(files, cpus)
-        merge = _Merge(pieces)
+        merge = _Merge(pieces, history)
         remote: Callable[..., Any] = ray.remote(max_retries=0)(fold_pieces).remote
-        refs = {remote([(i, pieces[i]) for i in task]): task for task in tasks}
+        refs = {remote([(i, pieces[i]) for i in task], history): task for task in tasks}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)

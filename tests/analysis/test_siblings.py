@@ -117,6 +117,27 @@ def test_many_keys_reused_keep_a_record_each_not_one_per_try() -> None:
     assert _siblings(run) == _reference(events)
 
 
+@pytest.mark.parametrize(
+    ("history", "kept"),
+    [
+        # The Python API keeps what each dropped start was (a line that
+        # differs from its copy may need it).
+        (True, True),
+        # The command line's first read does not: its memory then grows with
+        # the siblings, not the tries (it reads again with it on a conflict).
+        (False, False),
+    ],
+)
+def test_the_history_of_dropped_starts_is_kept_only_when_asked(history: bool, kept: bool) -> None:
+    events = _reused(TRIES)
+    analysis = CostAnalysis(copies_later=True, history=history)
+    for i in range(0, len(events), 256):
+        analysis.add(events[i : i + 256])
+    [run] = analysis.runs()
+    assert (len(run.table.h_keys) > TRIES // 2) is kept, len(run.table.h_keys)
+    assert _siblings(run) == _reference(events)
+
+
 def test_reused_keys_are_compacted_before_their_records_double() -> None:
     # 200 siblings, 40 tries each, in order, folded a batch at a time: between
     # two compactions at most a quarter as many records come back as are left

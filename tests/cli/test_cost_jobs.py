@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scenario import abandon, disp, lines, make_run, restore, restored, resume, seal, snapshot, step
@@ -323,7 +324,7 @@ def test_default_jobs_are_the_cores_only_for_the_command_line(
     files = [str(f) for f in _set(tmp_path)]
     asked: list[int] = []
 
-    def record(_: object, jobs: int) -> None:
+    def record(_: object, jobs: int, *, history: bool) -> None:
         asked.append(jobs)
 
     monkeypatch.setattr(cost_module, "fold_in_processes", record)
@@ -760,3 +761,38 @@ def test_what_ray_init_raises_is_said_in_one_line(
         f"rollout-trace cost: error: --ray: cannot connect to the Ray cluster at "
         f"RAY_ADDRESS={address!r}: {first}\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("build", "reads"),
+    [
+        # No line differs from its copy: one read, without the history.
+        (_read_twice, [False]),
+        # A conflicting copy: read again, with the history of dropped starts.
+        (_conflict, [False, True]),
+    ],
+    ids=["copies", "conflict"],
+)
+def test_cost_reads_again_with_the_history_only_when_a_copy_differs(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    build: Callable[[Path], list[Path]],
+    reads: list[bool],
+) -> None:
+    files = build(tmp_path / "set")
+    seen: list[bool] = []
+    first_read = cost_module._first_read
+
+    def spy(files: list[str], args: Any, *, history: bool) -> Any:
+        seen.append(history)
+        return first_read(files, args, history=history)
+
+    monkeypatch.setattr(cost_module, "_first_read", spy)
+    got = _cost(files, capsys, "--jobs", "1")
+    assert seen == reads
+    # The output of a read that kept the history from the start.
+    monkeypatch.setattr(
+        cost_module, "_first_read", lambda f, a, *, history: first_read(f, a, history=True)
+    )
+    assert _cost(files, capsys, "--jobs", "1") == got
