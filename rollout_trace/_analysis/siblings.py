@@ -45,11 +45,10 @@ record) the first time one of them is seen again.
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections import Counter
 from itertools import compress
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._reading.lean import DISPATCHED, RESUMED, SEALED
 from .retired import (
@@ -79,6 +78,7 @@ from .retired import (
     pack_key,
     unpack_key,
 )
+from .verdict import Siblings, judge
 
 __all__ = [
     "INDEX_BITS",
@@ -104,23 +104,6 @@ __all__ = [
 # Keys retired again before the first `SiblingTable.compact`; later, as many as
 # the records it left.
 _COMPACT_MIN = 64
-
-
-class Siblings(NamedTuple):
-    """A run's siblings as the figures see them at its end.
-
-    ``open`` maps each sibling in flight to the time its open attempt began.
-    Each sibling with an ``attempt_sealed`` has an entry in the other three,
-    for its last seal: its key (packed, see ``pack_key``), the seal's time,
-    and the seal's time minus the start of the try it sealed (NaN where the
-    run has no start of that attempt before the seal). Columns, not tuples: a run has a seal for
-    nearly every sibling.
-    """
-
-    open: dict[SiblingKey, float]
-    seal_keys: list[PackedKey]
-    seal_times: array[float]
-    seal_spans: array[float]
 
 
 class SiblingTable:
@@ -581,9 +564,9 @@ class SiblingTable:
             if row is not None:
                 replay(self, row, live)
             else:
-                _judge(key, live, out)
+                judge(key, live, out)
         for key, row in joined.items():
-            _judge(key, row, out)
+            judge(key, row, out)
         return out
 
 
@@ -606,31 +589,3 @@ def replay(table: SiblingTable, row: Row, theirs: Row, key: SiblingKey | None = 
         latest_seal(row, theirs[Z_SEQ], theirs[Z_ATT], theirs[Z_TIME])
     if key is not None and row[EXTRA] is not None:
         table.prune(key, row)
-
-
-def _judge(key: SiblingKey, row: Row, out: Siblings) -> None:
-    extra: Extra | None = row[EXTRA]
-    if row[S_SEQ] >= 0:
-        attempt = row[S_ATT]
-        ended = row[E_SEQ] >= 0 and row[E_ATT] == attempt
-        if not ended and extra is not None:
-            ended = attempt in extra.ends.values()
-        if not ended:
-            out.open[key] = row[S_TIME]
-    if row[Z_SEQ] >= 0:
-        out.seal_keys.append(pack_key(key))
-        out.seal_times.append(row[Z_TIME])
-        out.seal_spans.append(row[Z_TIME] - _began(row, extra))
-
-
-def _began(row: Row, extra: Extra | None) -> float:
-    """When the try of the sibling's last seal began: its latest start before the seal."""
-    sealed, attempt = row[Z_SEQ], row[Z_ATT]
-    best = (-1, math.nan)
-    if row[S_ATT] == attempt and 0 <= row[S_SEQ] < sealed:
-        best = (row[S_SEQ], row[S_TIME])
-    if extra is not None:
-        for seq, (a, t) in extra.starts.items():
-            if a == attempt and best[0] < seq < sealed:
-                best = (seq, t)
-    return best[1]
