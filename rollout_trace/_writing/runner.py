@@ -91,6 +91,14 @@ _GATHER = 1 << 23
 _PIECE_S = 0.05
 _MIN_PIECE = 1 << 20
 _MAX_PIECE = _GATHER  # as much as a sink's own thread writes in one call
+# A direct write this large is timed, to size the next piece: a smaller one
+# says more about the call than about the sink.
+_TIMED = 1 << 18
+# While a flush or close waits on the sink (``check_stall``) and for this long
+# after, its pieces are the least: a sink that turned slow after a fast burst
+# must not be taken for a hung one because a call sized for its old speed
+# outlasts close_timeout (8 MiB at 1 MB/s: 8 s).
+_WATCHED_S = 1.0
 
 
 class SinkRunner:
@@ -124,6 +132,7 @@ class SinkRunner:
         self._done = 0  # events finished, written or not (the thread that writes only)
         self._marks: list[FlushMark] = []
         self.busy_since: float | None = None
+        self._watched = -_INF  # when a flush or close last looked for a stall
         # When its thread last had the GIL after waiting for it (after a call,
         # or for a batch), and since when it has had batches to write.
         self.turn_at = 0.0
@@ -154,7 +163,7 @@ class SinkRunner:
             return
         if self.direct:
             self._handed += batch.n
-            if len(data) <= self._piece:
+            if len(data) < _TIMED:
                 self._write(data, [batch])
             else:
                 self._write_pieces(data, batch)
@@ -204,6 +213,7 @@ class SinkRunner:
 
     def check_stall(self, now: float, limit: float) -> None:
         """Give the sink up if one call has taken longer than ``limit`` seconds."""
+        self._watched = now
         since = self.busy_since
         if since is not None and now - since > limit and self.live:
             self.stalled = True
@@ -312,29 +322,36 @@ class SinkRunner:
             self._write(datas[0] if len(datas) == 1 else b"".join(datas), batches)
 
     def _write_pieces(self, data: bytes, batch: Batch) -> None:
-        """A direct batch larger than ``self._piece`` goes in writes of that many
-        bytes of whole lines at most: a slow sink then finishes each call well
-        within ``close_timeout`` (it is not taken for a hung one), and a close
-        that gives the run up at its deadline stops it between two of them.
+        """A direct batch goes in writes of ``self._piece`` bytes of whole lines at
+        most: a slow sink then finishes each call well within ``close_timeout``
+        (it is not taken for a hung one), and a close that gives the run up at
+        its deadline stops it between two of them.
 
-        A piece is what the sink wrote in ``_PIECE_S`` in its last piece (the
-        wait for the GIL after the call included), so a slow sink gets small
-        pieces and a fast file few calls."""
+        A piece is what the sink wrote in ``_PIECE_S`` in its last timed write
+        (the wait for the GIL after the call included), so a slow sink gets
+        small pieces and a fast file few calls; the least while a flush or
+        close waits on it (``_WATCHED_S``)."""
         end_all, start, left = len(data), 0, batch.n
         while start < end_all:
-            piece = self._piece
-            end = data.rfind(b"\n", start, start + piece) + 1
-            if end <= start:  # one line longer than a piece: it goes whole
-                end = data.find(b"\n", start + piece) + 1 or end_all
+            watched = time.monotonic() - self._watched < _WATCHED_S
+            piece = _MIN_PIECE if watched else self._piece
+            if end_all - start <= piece:
+                end = end_all
+            else:
+                end = data.rfind(b"\n", start, start + piece) + 1
+                if end <= start:  # one line longer than a piece: it goes whole
+                    end = data.find(b"\n", start + piece) + 1 or end_all
             n = left if end >= end_all else data.count(b"\n", start, end)
             left -= n
             # A piece's events have seqs from the batch's first on: it is
             # only ever compared with a later flush's boundary.
             began = time.monotonic()
-            self._write(data[start:end], [Batch(n, batch.first_seq, batch.on_first_ack)])
+            part = data if start == 0 and end == end_all else data[start:end]
+            self._write(part, [Batch(n, batch.first_seq, batch.on_first_ack)])
             took = time.monotonic() - began
-            rate = (end - start) / took if took > 0 else _MAX_PIECE / _PIECE_S
-            self._piece = min(_MAX_PIECE, max(_MIN_PIECE, int(rate * _PIECE_S)))
+            if end - start >= _TIMED:
+                rate = (end - start) / took if took > 0 else _MAX_PIECE / _PIECE_S
+                self._piece = min(_MAX_PIECE, max(_MIN_PIECE, int(rate * _PIECE_S)))
             start = end
 
     def _write(self, data: bytes, batches: list[Batch]) -> None:

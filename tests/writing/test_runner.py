@@ -248,3 +248,52 @@ def test_a_direct_runner_sizes_its_pieces_by_how_fast_the_sink_writes(
     assert len(sink.sizes) == len(pieces) and shapes == pieces, sink.sizes
     runner.close()
     assert runner.ended.wait(10)
+
+
+class TurnsSlow(Sink):
+    """Writes at once until ``slow`` is set, then at ``rate`` bytes per second."""
+
+    def __init__(self, rate: float) -> None:
+        super().__init__("turns-slow", {})
+        self.rate = rate
+        self.slow = False
+        self.slow_sizes: list[int] = []
+
+    def write(self, data: bytes) -> None:
+        if self.slow:
+            self.slow_sizes.append(len(data))
+            time.sleep(len(data) / self.rate)
+
+
+def test_a_direct_sink_that_turns_slow_while_a_flush_waits_is_not_taken_for_hung() -> None:
+    # A burst while the sink is fast sizes its pieces up to _MAX_PIECE; then
+    # it turns slow (2 MB/s: 1 MiB in half a second), and a flush waits on it,
+    # giving it up if one call outlasts the limit. A call sized for its old
+    # speed (6 MiB: 3 s) would; the least pieces, while a flush waits, do not.
+    limit = 2.0
+    sink = TurnsSlow(2e6)
+    runner = SinkRunner("turns-slow://", sink, 10**9, lambda: None, direct=True)
+    runner.start()
+    assert runner.opened.wait(10)
+    n = 20 * MIB // len(SMALL)
+    runner.submit(SMALL * n, Batch(n, 1, lambda k: None))
+    assert runner._piece == _MAX_PIECE  # sized for a fast sink
+    sink.slow = True
+    runner.check_stall(time.monotonic(), limit)  # a flush begins to wait
+    done = threading.Event()
+
+    def flush_waits() -> None:
+        while not done.wait(0.05):
+            runner.check_stall(time.monotonic(), limit)
+
+    watcher = threading.Thread(target=flush_waits, daemon=True)
+    watcher.start()
+    m = 6 * MIB // len(SMALL)
+    runner.submit(SMALL * m, Batch(m, n + 1, lambda k: None))
+    done.set()
+    watcher.join(10)
+    assert (runner.live, runner.error, runner.lost) == (True, None, 0)
+    assert runner.written == n + m
+    assert sink.slow_sizes and max(sink.slow_sizes) <= _MIN_PIECE
+    runner.close()
+    assert runner.ended.wait(10)
