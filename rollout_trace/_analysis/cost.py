@@ -225,6 +225,14 @@ class CostAnalysis:
         if take:
             other._runs = {}
 
+    def needs_history(self) -> bool:
+        """Whether a fold that keeps the history of dropped starts could give other
+        figures: this one keeps none, and a run with a line that differs from its
+        copy (``conflicts``) dropped some."""
+        return not self._history and any(
+            self._runs[run_id].table.dropped for run_id in self.conflicts
+        )
+
     def add_version(self, ev: Any) -> None:
         """Fold in a line that differs from those before it with its seq (``copies_later``)."""
         run = self._runs[ev.run_id]

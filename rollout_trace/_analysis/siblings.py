@@ -115,6 +115,7 @@ class SiblingTable:
         "again_limit",
         "bits",
         "collide",
+        "dropped",
         "h_att",
         "h_keys",
         "h_other",
@@ -169,6 +170,9 @@ class SiblingTable:
         self.h_att = array("q")
         self.h_time = array("d")
         self.unsure = False
+        # Starts dropped, kept in the history or not: without any, the
+        # history would be empty, and a fold that keeps it gives the same.
+        self.dropped = 0
 
     # --- folding in -------------------------------------------------------------
 
@@ -357,12 +361,13 @@ class SiblingTable:
             return
         s_time = self.r_s_time
         if not self.history:
-            pass
+            self.dropped += len(dead)
         elif all(isinstance(r_keys[i], int) for i in dead):
             self.h_keys.extend([r_keys[i] for i in dead])  # type: ignore[misc]
             self.h_seq.extend([s_seq[i] for i in dead])
             self.h_att.extend([s_att[i] for i in dead])
             self.h_time.extend([s_time[i] for i in dead])
+            self.dropped += len(dead)
         else:
             for i in dead:
                 self.remember(r_keys[i], s_seq[i], s_att[i], s_time[i])
@@ -398,6 +403,7 @@ class SiblingTable:
 
     def remember(self, packed: PackedKey, seq: int, attempt: int, t: float) -> None:
         """Keep a start dropped from a row or a record in the history."""
+        self.dropped += 1
         if not self.history:
             return
         if isinstance(packed, int):
@@ -479,6 +485,7 @@ class SiblingTable:
         would (``compact`` when due). The history is taken over too.
         """
         self.unsure = self.unsure or other.unsure
+        self.dropped += other.dropped
         if other.h_other:
             shift = len(self.h_other)
             self.h_keys += array("q", (k if k >= 0 else k - shift for k in other.h_keys))

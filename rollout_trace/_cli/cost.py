@@ -137,25 +137,32 @@ def _first_read(
     return analysis, problems
 
 
+def _compare_copies(analysis: CostAnalysis, files: list[str]) -> None:
+    """Read again the runs with a seq seen twice, for lines that differ (``conflicts``)."""
+    with gc_paused():
+        again = analysis.seen_again()
+        if again:
+            analysis.conflicts = compare_copies(
+                again, analysis.files_to_compare(files), analysis.add_version, lean=True
+            )
+
+
 def _run(args: argparse.Namespace) -> int:
     files = trace_files(args.paths)
     # Folded without the history of dropped starts first (memory that grows
-    # with lines); only a line that differs from its copy needs it, and then
-    # the set is folded again with it (a damaged set: rare, and read twice).
-    for history in (False, True):
-        try:
-            analysis, problems = _first_read(files, args, history=history)
-        except WorkerDied as exc:
-            print(f"rollout-trace cost: error: {exc}", file=sys.stderr)
-            return 1
-        with gc_paused():
-            again = analysis.seen_again()
-            if again:
-                analysis.conflicts = compare_copies(
-                    again, analysis.files_to_compare(files), analysis.add_version, lean=True
-                )
-        if not analysis.conflicts:
-            break
+    # with lines); only a line that differs from its copy needs it, and then,
+    # if its run dropped any, the set is folded again with it (a damaged set:
+    # rare, and read twice), the first fold let go of before.
+    try:
+        analysis, problems = _first_read(files, args, history=False)
+        _compare_copies(analysis, files)
+        if analysis.needs_history():
+            del analysis, problems
+            analysis, problems = _first_read(files, args, history=True)
+            _compare_copies(analysis, files)
+    except WorkerDied as exc:
+        print(f"rollout-trace cost: error: {exc}", file=sys.stderr)
+        return 1
     with gc_paused():
         stops = analysis.stops()
     report_problems(problems.first, problems.count)
