@@ -415,11 +415,13 @@ def _floor_targets(
     label = "rt sync 8 threads"
     r, dropped = floors[label], med[label]["dropped"]
     rate = r["written_in_emit"]
+    # The rate is what allows drops: beside none, it is said as information.
+    said = "needed only when it drops" if dropped == 0 else f">= {E2E_SHARE}x"
     check(
         dropped == 0 or (rate is not None and rate >= E2E_SHARE),
         f"{label} drops only past what {r['floor']} writes: {fmt(dropped)} dropped; "
         f"events written per second while the threads emitted {_times(rate)} the "
-        f"floor's (>= {E2E_SHARE}x)",
+        f"floor's ({said})",
     )
     for label, r in floors.items():
         out.append(
