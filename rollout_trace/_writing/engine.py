@@ -223,8 +223,10 @@ class Engine:
         return starved if waiting else None
 
     def check_stalls(self) -> None:
+        """While a flush or close waits: give up a sink whose call has lasted too long."""
         now = time.monotonic()
         for runner in self.runners:
+            runner.waited_on(now)
             runner.check_stall(now, self.config.close_timeout)
 
     @property

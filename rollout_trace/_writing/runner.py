@@ -94,7 +94,7 @@ _MAX_PIECE = _GATHER  # as much as a sink's own thread writes in one call
 # A direct write this large is timed, to size the next piece: a smaller one
 # says more about the call than about the sink.
 _TIMED = 1 << 18
-# While a flush or close waits on the sink (``check_stall``) and for this long
+# While a flush or close waits on the sink (``waited_on``) and for this long
 # after, its pieces are the least: a sink that turned slow after a fast burst
 # must not be taken for a hung one because a call sized for its old speed
 # outlasts close_timeout (8 MiB at 1 MB/s: 8 s).
@@ -211,9 +211,12 @@ class SinkRunner:
             return f"fell behind and lost {self.lost} events"
         return None
 
+    def waited_on(self, now: float) -> None:
+        """A flush or close waits on the sink: its next pieces are the least (``_WATCHED_S``)."""
+        self._watched = now
+
     def check_stall(self, now: float, limit: float) -> None:
         """Give the sink up if one call has taken longer than ``limit`` seconds."""
-        self._watched = now
         since = self.busy_since
         if since is not None and now - since > limit and self.live:
             self.stalled = True

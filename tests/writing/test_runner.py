@@ -232,6 +232,9 @@ def test_a_direct_runner_sizes_its_pieces_by_how_fast_the_sink_writes(
     runner.start()
     assert runner.opened.wait(10)
     n = size // len(SMALL)
+    # As the engine hands a batch over: a look for a stalled call first,
+    # which no flush or close waits on.
+    runner.check_stall(time.monotonic(), 10.0)
     runner.submit(SMALL * n, Batch(n, 1, lambda k: None))
     assert sum(sink.sizes) == n * len(SMALL) and runner.written == n
     # Whole lines: a piece is up to a line short of its bound.
@@ -279,15 +282,24 @@ def test_a_direct_sink_that_turns_slow_while_a_flush_waits_is_not_taken_for_hung
     runner.submit(SMALL * n, Batch(n, 1, lambda k: None))
     assert runner._piece == _MAX_PIECE  # sized for a fast sink
     sink.slow = True
-    runner.check_stall(time.monotonic(), limit)  # a flush begins to wait
     done = threading.Event()
 
     def flush_waits() -> None:
-        while not done.wait(0.05):
-            runner.check_stall(time.monotonic(), limit)
+        # What `Engine.check_stalls` does while a flush waits.
+        while True:
+            now = time.monotonic()
+            runner.waited_on(now)
+            runner.check_stall(now, limit)
+            if done.wait(0.05):
+                return
 
     watcher = threading.Thread(target=flush_waits, daemon=True)
     watcher.start()
+    deadline = time.monotonic() + 10
+    while runner._watched < 0:  # the flush has begun to wait
+        assert watcher.is_alive() and time.monotonic() < deadline
+        time.sleep(0.01)
+
     m = 6 * MIB // len(SMALL)
     runner.submit(SMALL * m, Batch(m, n + 1, lambda k: None))
     done.set()
