@@ -229,9 +229,16 @@ class CostAnalysis:
         """Whether a fold that keeps the history of dropped starts could give other
         figures: this one keeps none, and a run with a line that differs from its
         copy (``conflicts``) dropped some."""
-        return not self._history and any(
-            self._runs[run_id].table.dropped for run_id in self.conflicts
-        )
+        if self._history:
+            return False
+        for run_id in self.conflicts:
+            table = self._runs[run_id].table
+            if table.collide:
+                # As the figures will (``summary``): what it drops counts too.
+                table.compact()
+            if table.dropped:
+                return True
+        return False
 
     def add_version(self, ev: Any) -> None:
         """Fold in a line that differs from those before it with its seq (``copies_later``)."""

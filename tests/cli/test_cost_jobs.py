@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from scenario import abandon, disp, lines, make_run, restore, restored, resume, seal, snapshot, step
 from scenario import write as write_run
@@ -108,6 +109,26 @@ def _conflict_dropped(folder: Path) -> list[Path]:
     body[40] = body[40].replace(b'"time":', b'"time":1', 1)
     copy.write_bytes(b"\n".join(body))
     return [*files, copy]
+
+
+def _conflict_dropped_at_the_end(folder: Path) -> list[Path]:
+    """A conflicting copy of a run whose sibling was tried twice with one attempt
+    number: too few tries for a compaction while folding, so the start the
+    second try supersedes is dropped only when the figures are computed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    timed = [(100.0, disp(7, 0, 1)), (100.5, seal(7, 0, 1))]
+    timed += [(101.0, disp(7, 0, 1)), (101.5, seal(7, 0, 1))]
+    timed.append((111.0, snapshot(1, "/s/1", 111.0)))
+    run_a = make_run(1, 99.0, timed)
+    run_b = make_run(2, 400.0, [(401.0, restore("/s/1", 1)), (402.0, restored(1))])
+    copy = list(run_a)
+    last = max(i for i, ev in enumerate(copy) if isinstance(ev, rt.AttemptDispatched))
+    copy[last] = msgspec.structs.replace(copy[last], attempt=0)
+    return [
+        write_run(folder / "a.jsonl", run_a),
+        write_run(folder / "b.jsonl", run_b),
+        write_run(folder / "a-copy.jsonl", copy),
+    ]
 
 
 def _read_twice(folder: Path) -> list[Path]:
@@ -796,8 +817,10 @@ def test_what_ray_init_raises_is_said_in_one_line(
         # A conflicting copy of a run that dropped starts: read again, with
         # their history.
         (_conflict_dropped, [False, True]),
+        # The same, the start dropped only as the figures are computed.
+        (_conflict_dropped_at_the_end, [False, True]),
     ],
-    ids=["copies", "conflict", "conflict_dropped"],
+    ids=["copies", "conflict", "conflict_dropped", "conflict_dropped_at_the_end"],
 )
 def test_cost_reads_again_with_the_history_only_when_a_copy_differs(
     tmp_path: Path,
