@@ -328,6 +328,11 @@ class RunFold:
             self._siblings = self.table.summary()
         return self._siblings
 
+    def forget_siblings(self) -> None:
+        """Let go of the summary ``siblings`` keeps (a key and two numbers a
+        sealed sibling) once nothing will read it again; it is made again if asked."""
+        self._siblings = None
+
     def steps_in_order(self) -> list[tuple[int, float]]:
         """``(step, time)`` of each ``step_trained``, in seq order."""
         return [self.steps[seq] for seq in sorted(self.steps)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 from .protocol import SiblingKey  # (prompt_id, generation_index)
 
@@ -30,6 +30,7 @@ __all__ = [
     "Z_SEQ",
     "Z_TIME",
     "Extra",
+    "KeyCodes",
     "KeyIndex",
     "PackedKey",
     "Row",
@@ -40,6 +41,7 @@ __all__ = [
     "latest_seal",
     "new_row",
     "pack_key",
+    "replay",
     "unpack_key",
 ]
 
@@ -63,6 +65,38 @@ def unpack_key(key: PackedKey) -> SiblingKey:
     if isinstance(key, int):
         return (key >> INDEX_BITS, key & ((1 << INDEX_BITS) - 1))
     return key
+
+
+class KeyCodes:
+    """Each retired record's key as one int (``SiblingTable.r_keys``): packed where it
+    fits (``pack_key``), or else -1 - its place in ``other``, a place per key, so
+    that the records of one key share its code."""
+
+    __slots__ = ("_index", "other")
+
+    def __init__(self) -> None:
+        self.other: list[SiblingKey] = []
+        self._index: dict[SiblingKey, int] = {}
+
+    def code(self, key: SiblingKey) -> int:
+        """The code of ``key``, given it if it has none yet."""
+        code = self.code_of(key)
+        if code is None:
+            code = self._index[key] = -1 - len(self.other)
+            self.other.append(key)
+        return code
+
+    def code_of(self, key: SiblingKey) -> int | None:
+        """The code of ``key``, or None if it was never given one."""
+        packed = pack_key(key)
+        return packed if isinstance(packed, int) else self._index.get(key)
+
+    def key_of(self, code: int) -> SiblingKey:
+        return unpack_key(code) if code >= 0 else self.other[-1 - code]
+
+    def packed_of(self, code: int) -> PackedKey:
+        """The key of ``code`` as ``pack_key`` gives it."""
+        return code if code >= 0 else self.other[-1 - code]
 
 
 def filter_of(hashes: array[int], size: int) -> bytearray:
@@ -169,3 +203,32 @@ def extra_of(row: Row) -> Extra:
     if extra is None:
         extra = row[EXTRA] = Extra()
     return extra
+
+
+class Folding(Protocol):
+    """What ``replay`` folds into (``siblings.SiblingTable``)."""
+
+    def start(self, row: Row, seq: int, attempt: int, t: float) -> None: ...
+    def end(self, row: Row, seq: int, attempt: int) -> None: ...
+    def prune(self, key: SiblingKey, row: Row) -> None: ...
+
+
+def replay(table: Folding, row: Row, theirs: Row, key: SiblingKey | None = None) -> None:
+    """Fold the events a live row stands for into ``row`` (another row of the same sibling);
+    with ``key``, prune it after (``SiblingTable.prune``)."""
+    starts = [(theirs[S_SEQ], theirs[S_ATT], theirs[S_TIME])]
+    ends = [(theirs[E_SEQ], theirs[E_ATT])]
+    extra: Extra | None = theirs[EXTRA]
+    if extra is not None:
+        starts += [(seq, a, t) for seq, (a, t) in extra.starts.items()]
+        ends += list(extra.ends.items())
+    for seq, attempt, t in starts:
+        if seq >= 0:
+            table.start(row, seq, attempt, t)
+    for seq, attempt in ends:
+        if seq >= 0:
+            table.end(row, seq, attempt)
+    if theirs[Z_SEQ] >= 0:
+        latest_seal(row, theirs[Z_SEQ], theirs[Z_ATT], theirs[Z_TIME])
+    if key is not None and row[EXTRA] is not None:
+        table.prune(key, row)

@@ -66,6 +66,7 @@ from .retired import (
     Z_SEQ,
     Z_TIME,
     Extra,
+    KeyCodes,
     KeyIndex,
     PackedKey,
     Row,
@@ -76,6 +77,7 @@ from .retired import (
     latest_seal,
     new_row,
     pack_key,
+    replay,
     unpack_key,
 )
 from .verdict import Siblings, judge
@@ -114,6 +116,7 @@ class SiblingTable:
         "again",
         "again_limit",
         "bits",
+        "codes",
         "collide",
         "dropped",
         "h_att",
@@ -140,7 +143,9 @@ class SiblingTable:
         # reads again with it (``CostAnalysis``).
         self.history = history
         self.rows: dict[SiblingKey, Row] = {}
-        self.r_keys: list[PackedKey] = []
+        # Each record's key as an int (8 bytes, where a list of ints took 40).
+        self.r_keys = array("q")
+        self.codes = KeyCodes()
         self.r_s_seq = array("q")
         self.r_s_att = array("q")
         self.r_s_time = array("d")
@@ -267,7 +272,7 @@ class SiblingTable:
             # it): the sibling stays a live row, exactly as it was.
             self.rows[key] = [s_seq, s_att, s_time, z_seq, z_att, z_seq, z_att, z_time, None]
             return
-        self.r_keys.append(pack_key(key))
+        self.r_keys.append(self.codes.code(key))
         self.r_s_seq.append(s_seq)
         self.r_s_att.append(s_att)
         self.r_s_time.append(s_time)
@@ -362,28 +367,28 @@ class SiblingTable:
         s_time = self.r_s_time
         if not self.history:
             self.dropped += len(dead)
-        elif all(isinstance(r_keys[i], int) for i in dead):
-            self.h_keys.extend([r_keys[i] for i in dead])  # type: ignore[misc]
+        elif all(r_keys[i] >= 0 for i in dead):
+            self.h_keys.extend([r_keys[i] for i in dead])
             self.h_seq.extend([s_seq[i] for i in dead])
             self.h_att.extend([s_att[i] for i in dead])
             self.h_time.extend([s_time[i] for i in dead])
             self.dropped += len(dead)
         else:
             for i in dead:
-                self.remember(r_keys[i], s_seq[i], s_att[i], s_time[i])
+                self.remember(self.codes.packed_of(r_keys[i]), s_seq[i], s_att[i], s_time[i])
         left = Counter(r_keys[i] for i in places)
         left.subtract(r_keys[i] for i in dead)
         rows, collide = self.rows, self.collide
-        for packed, count in left.items():
+        for code, count in left.items():
             if count == 1:
-                key = unpack_key(packed)
+                key = self.codes.key_of(code)
                 if key not in rows:
                     collide.discard(key)
         keep = bytearray(b"\x01") * n
         for i in dead:
             keep[i] = 0
-        r_keys[:] = list(compress(r_keys, keep))
         columns: tuple[Any, ...] = (
+            r_keys,
             self.r_s_seq,
             self.r_s_att,
             self.r_s_time,
@@ -431,9 +436,9 @@ class SiblingTable:
         where the key will be looked up. Keys of ints hash alike everywhere."""
         for name, value in state.items():
             setattr(self, name, value)
-        if all(isinstance(key, int) or type(key[0]) is int for key in self.r_keys):
+        if all(type(key[0]) is int for key in self.codes.other):
             return
-        self.hashes = array("q", (hash(unpack_key(key)) for key in self.r_keys))
+        self.hashes = array("q", (hash(self.codes.key_of(code)) for code in self.r_keys))
         self.bits = filter_of(self.hashes, len(self.bits))
         self._index = None
 
@@ -459,9 +464,11 @@ class SiblingTable:
         index = self._index
         if index is None:
             index = self._index = KeyIndex()
-        packed = pack_key(key)
+        code = self.codes.code_of(key)
+        if code is None:
+            return False
         for i in index.find(h, self.hashes):
-            if self.r_keys[i] != packed:
+            if self.r_keys[i] != code:
                 continue
             s_seq = self.r_s_seq[i]
             if kind in (DISPATCHED, RESUMED):
@@ -510,9 +517,13 @@ class SiblingTable:
         for i, h in enumerate(other.hashes):
             slot = h & mask
             if bits[slot >> 3] & (1 << (slot & 7)):
-                collide.add(unpack_key(other.r_keys[i]))
+                collide.add(other.codes.key_of(other.r_keys[i]))
                 self.again += 1
-        self.r_keys += other.r_keys
+        if other.codes.other:
+            code, key_of = self.codes.code, other.codes.key_of
+            self.r_keys += array("q", (c if c >= 0 else code(key_of(c)) for c in other.r_keys))
+        else:
+            self.r_keys += other.r_keys
         self.r_s_seq += other.r_s_seq
         self.r_s_att += other.r_s_att
         self.r_s_time += other.r_s_time
@@ -548,13 +559,13 @@ class SiblingTable:
         if history:
             keys.update(self._remembered(i) for i in range(len(self.h_keys)))
         joined: dict[SiblingKey, Row] = {key: new_row() for key in keys}
-        packed_joined = {pack_key(key): row for key, row in joined.items()}
-        z_time, s_time = self.r_z_time, self.r_s_time
-        for i, packed in enumerate(self.r_keys):
-            row = packed_joined.get(packed) if packed_joined else None
+        coded = {self.codes.code_of(key): row for key, row in joined.items()}
+        z_time, s_time, other = self.r_z_time, self.r_s_time, self.codes.other
+        for i, code in enumerate(self.r_keys):
+            row = coded.get(code) if coded else None
             if row is None:
                 # Retired and never seen again: closed, and sealed once.
-                out.seal_keys.append(packed)
+                out.seal_keys.append(code if code >= 0 else other[-1 - code])
                 out.seal_times.append(z_time[i])
                 out.seal_spans.append(z_time[i] - s_time[i])
                 continue
@@ -575,24 +586,3 @@ class SiblingTable:
         for key, row in joined.items():
             judge(key, row, out)
         return out
-
-
-def replay(table: SiblingTable, row: Row, theirs: Row, key: SiblingKey | None = None) -> None:
-    """Fold the events a live row stands for into ``row`` (another row of the same sibling);
-    with ``key``, prune it after (``SiblingTable.prune``)."""
-    starts = [(theirs[S_SEQ], theirs[S_ATT], theirs[S_TIME])]
-    ends = [(theirs[E_SEQ], theirs[E_ATT])]
-    extra: Extra | None = theirs[EXTRA]
-    if extra is not None:
-        starts += [(seq, a, t) for seq, (a, t) in extra.starts.items()]
-        ends += list(extra.ends.items())
-    for seq, attempt, t in starts:
-        if seq >= 0:
-            table.start(row, seq, attempt, t)
-    for seq, attempt in ends:
-        if seq >= 0:
-            table.end(row, seq, attempt)
-    if theirs[Z_SEQ] >= 0:
-        latest_seal(row, theirs[Z_SEQ], theirs[Z_ATT], theirs[Z_TIME])
-    if key is not None and row[EXTRA] is not None:
-        table.prune(key, row)

@@ -240,6 +240,29 @@ def test_chain_of_two_stops() -> None:
     assert second.downtime_s == pytest.approx(60.0)
 
 
+def test_a_run_behind_every_stop_lets_go_of_its_siblings_summary() -> None:
+    # A -> B -> C, each stopped run summed up for its stop: the summary (a key
+    # and two numbers per sealed sibling) is let go of once no later stop
+    # reads it, rather than all of them held to the end.
+    a = make_run(1, 100.0, [(151.0, snapshot(2, "/s/1", 150.0)), (160.0, disp(1, 0)), END])
+    b = make_run(
+        2,
+        200.0,
+        [(210.0, restore("/s/1", 2)), (215.0, restored(2)), (230.0, snapshot(3, "/s/2", 229.0))]
+        + [(240.0 + k, disp(3, k)) for k in range(5)]
+        + [(250.0 + k, seal(3, k)) for k in range(5)],
+    )
+    c = make_run(3, 300.0, [(310.0, restore("/s/2", 3)), (311.0, restored(3))])
+    analysis = CostAnalysis()
+    analysis.add(a + b + c)
+    assert len(analysis.stops()) == 2
+    held = {run.run_id: run._siblings is not None for run in analysis.runs()}
+    assert held == {run_id(1): False, run_id(2): False, run_id(3): False}
+    # Made again when asked: the same stops.
+    again = [s.to_dict() for s in analysis.stops()]
+    assert again == [s.to_dict() for s in restore_costs(a + b + c)]
+
+
 def test_run_without_restore_is_no_stop() -> None:
     a = make_run(1, 100.0, [(160.0, disp(1, 0))], closed=170.0)
     b = make_run(2, 200.0, [(210.0, disp(1, 0))])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -27,14 +28,14 @@ Order = Callable[[list[rt.Event]], list[list[rt.Event]]]
 TRIES = 1000
 
 
-def _reused(tries: int, keys: int = 1) -> list[rt.Event]:
+def _reused(tries: int, keys: int = 1, prompt: int | str = 7) -> list[rt.Event]:
     """``keys`` siblings, each dispatched and sealed ``tries`` times, in turn."""
     body: list[tuple[float, rt.Event]] = []
     t = 100.0
     for _ in range(tries):
         for k in range(keys):
-            body.append((t, disp(7, k)))
-            body.append((t + 0.5, seal(7, k)))
+            body.append((t, disp(prompt, k)))
+            body.append((t + 0.5, seal(prompt, k)))
             t += 1.0
     return make_run(1, 50.0, body)
 
@@ -106,15 +107,47 @@ def test_a_key_tried_a_thousand_times_keeps_a_bounded_state(order: Order) -> Non
     assert _siblings(run) == _reference(events)
 
 
-def test_many_keys_reused_keep_a_record_each_not_one_per_try() -> None:
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        7,  # keys packed into one int
+        "p-7",  # keys kept apart: every record of one key must share its code
+    ],
+)
+def test_many_keys_reused_keep_a_record_each_not_one_per_try(prompt: int | str) -> None:
     # 200 siblings, 40 tries each, in order: the records stay about one per
     # sibling (up to twice that between two compactions), not 8,000.
-    events = _reused(40, keys=200)
+    events = _reused(40, keys=200, prompt=prompt)
     run = _fold([events])
     assert len(run.table.r_keys) <= 2 * 200 + 64, len(run.table.r_keys)
     run.siblings()
     assert len(run.table.r_keys) == 200
+    assert len(run.table.codes.other) == (200 if isinstance(prompt, str) else 0)
     assert _siblings(run) == _reference(events)
+
+
+def test_a_retired_sibling_costs_its_numbers_and_little_more() -> None:
+    # 20,000 siblings tried once: each is 7 numbers of 8 bytes in columns
+    # and its key's hash. The key was a Python int in a list (40 bytes more).
+    siblings = 20_000
+    body: list[tuple[float, rt.Event]] = []
+    for k in range(siblings):
+        body += [(100.0 + k, disp(k, 3)), (100.5 + k, seal(k, 3))]
+    events = make_run(1, 50.0, body)
+    analysis = CostAnalysis(history=False)
+    analysis.add(events[:2])  # the run's own state, apart from its siblings'
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for i in range(2, len(events), 4096):
+            analysis.add(events[i : i + 4096])
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    [run] = analysis.runs()
+    assert len(run.table.r_keys) == siblings and not run.table.rows
+    per_sibling = (after - before) / siblings
+    assert per_sibling < 80, per_sibling
 
 
 @pytest.mark.parametrize(
