@@ -13,6 +13,9 @@ from ._errors import (
     UnknownSchemeError,
 )
 from ._reading.reader import ReadProblem, read, read_located
+from ._report.api import attempts, health_report
+from ._report.health import HealthReport, RunHealth
+from ._report.table import AttemptRow
 from ._schema.decoding import UnknownEvent
 from ._schema.events import (
     AttemptAbandoned,
@@ -86,6 +89,12 @@ __all__ = [
     "ReadProblem",
     "restore_costs",
     "StopCost",
+    # rollout health and per-attempt tables
+    "health_report",
+    "HealthReport",
+    "RunHealth",
+    "attempts",
+    "AttemptRow",
     # timelines
     "timeline_document",
     "timeline_html",

@@ -13,11 +13,14 @@ from typing import Any, TextIO
 import msgspec
 
 from .._analysis.copies import VERSION, Conflicts, CopyCheck
+from .._analysis.cost import gc_paused
 from .._analysis.seqs import SeqSet
 from .._reading.paths import expand_paths
 from .._reading.reader import Problems, ReadProblem, iter_blocks
 from .._schema.decoding import UnknownEvent
 from .._schema.events import Event
+from .._timeline.fold import TimelineFold
+from .._timeline.model import Timeline
 
 __all__ = [
     "PROBLEMS_SHOWN",
@@ -25,6 +28,8 @@ __all__ = [
     "add_paths",
     "blocks",
     "compare_copies",
+    "fold_timeline",
+    "output_error",
     "progress_for",
     "read_again",
     "trace_files",
@@ -171,6 +176,40 @@ class BadLines:
         self.torn += other.torn
         for p in other.first[: PROBLEMS_SHOWN - len(self.first)]:
             self.first.append(msgspec.structs.replace(p, line=p.line + line_offset))
+
+
+def output_error(out: str, suffixes: Mapping[str, str], files: Sequence[str]) -> str | None:
+    """Why ``out`` may not be written, if so: a suffix that names no output kind
+    (``suffixes``: suffix -> what is written), or one of the trace files read."""
+    suffix = os.path.splitext(out)[1].lower()
+    if suffix not in suffixes:
+        allowed = "; ".join(f"{s} for {what}" for s, what in suffixes.items())
+        shown = f"suffix {suffix!r}" if suffix else "no suffix"
+        return f"output {out!r} has {shown}; the output kind follows the suffix: {allowed}"
+    if os.path.exists(out) and any(os.path.samefile(out, f) for f in files):
+        return (
+            f"output {out!r} is one of the trace files read; writing it would destroy that "
+            "trace: choose another -o"
+        )
+    return None
+
+
+def fold_timeline(files: list[str], problems: BadLines) -> Timeline:
+    """The timeline of ``files``: each block folded as it is read and let go (what the
+    timeline keeps is its attempts and marks, never the events); lines of one
+    (run_id, seq) that differ are found by a second read of those seqs."""
+    fold = TimelineFold(copies_later=True)
+    # Millions of small acyclic records: the cyclic collector would walk them
+    # all, again and again, for nothing.
+    with gc_paused():
+        for path, block, _ in blocks(files, problems):
+            fold.add(block, source=path)
+        again = fold.cost.seen_again()
+        if again:
+            fold.cost.conflicts = compare_copies(
+                again, fold.cost.files_to_compare(files), fold.cost.add_version
+            )
+        return fold.timeline()
 
 
 def report_problems(problems: Sequence[ReadProblem], total: int | None = None) -> None:

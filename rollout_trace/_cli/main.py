@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from .._errors import RolloutTraceError
 from .._version import __version__
-from . import cost, demo, summary, timeline, validate
+from . import attempts, cost, demo, report, summary, timeline, validate, watch
 from .command import Command
 
 __all__ = ["COMMANDS", "build_parser", "main", "program"]
@@ -22,6 +22,9 @@ COMMANDS: tuple[Command, ...] = (
     summary.COMMAND,
     validate.COMMAND,
     timeline.COMMAND,
+    report.COMMAND,
+    attempts.COMMAND,
+    watch.COMMAND,
     demo.COMMAND,
 )
 

@@ -282,6 +282,9 @@ def _report(out: Path, traces: list[Path]) -> int:
     lines += [
         "",
         "next:",
+        f"  rollout-trace report {glob}      # stalls, staleness, tries, durations",
+        f"  rollout-trace attempts {glob} -o attempts.csv   # a row per attempt",
+        f"  rollout-trace watch {shlex.quote(str(out))}/     # follows a live run (Ctrl-C)",
         f"  rollout-trace cost {glob} --json",
         f"  rollout-trace summary {glob}",
         f"  rollout-trace validate {glob}",

@@ -19,6 +19,9 @@ VALID = {
     "summary": [EXAMPLE],
     "validate": [EXAMPLE],
     "timeline": [EXAMPLE, "-o", "t.html"],
+    "report": [EXAMPLE],
+    "attempts": [EXAMPLE, "-o", "a.csv"],
+    "watch": [EXAMPLE, "--once"],
     "demo": [],
 }
 
@@ -106,7 +109,7 @@ WRONG_WORDS = [
         ["costs", EXAMPLE],
         None,
         "argument COMMAND: invalid choice: 'costs' (choose from 'cost', 'summary', 'validate', "
-        "'timeline', 'demo')",
+        "'timeline', 'report', 'attempts', 'watch', 'demo')",
     ),
 ]
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +107,33 @@ def test_demo_runs_end_to_end_and_prints_what_cost_computes(
     assert f"run {stop['stopped_run']} stopped; run {stop['restored_run']} restored" in demo.stdout
     for command in ("rollout-trace cost", "rollout-trace summary"):
         assert command in demo.stdout
+
+
+def test_every_command_the_demo_points_at_runs_on_its_traces(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    demo = demo_of(1, tmp_path_factory)
+    after = demo.stdout.split("\nnext:\n", 1)[1]
+    commands = [
+        shlex.split(line.split("#")[0])
+        for line in after.splitlines()
+        if line.strip().startswith("rollout-trace ")
+    ]
+    names = [c[1] for c in commands]
+    assert names == ["report", "attempts", "watch", "cost", "summary", "validate"]
+    for command in commands:
+        args = [glob.glob(a) if "*" in a else [a] for a in command[1:]]
+        flat = [x for group in args for x in group]
+        if command[1] == "attempts":
+            flat[flat.index("-o") + 1] = str(tmp_path / "attempts.csv")
+        if command[1] == "watch":
+            flat.append("--once")
+        proc = run_cli(*flat)
+        assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+    # The demo's stop has tries in flight: the report shows them, with no stall.
+    report = run_cli("report", "--json", *map(str, demo.traces))
+    doc = json.loads(report.stdout)
+    assert doc["stalls"] == 0 and doc["runs"][0]["attempts"]["unended"] > 0
 
 
 def test_the_first_run_was_killed_and_the_second_closed(
