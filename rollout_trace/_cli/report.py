@@ -88,11 +88,10 @@ def _run(args: argparse.Namespace) -> int:
     report_problems(problems.first, problems.count)
     for note in tl.notes:
         print(f"rollout-trace: note: {note}", file=sys.stderr)
-    found = report_of(tl, args.stall_after)
+    found = report_of(tl, args.stall_after, problems.count)
     if args.json:
         doc = msgspec.to_builtins(found)
         doc["files"] = files
-        doc["bad_lines"] = problems.count
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(render(found))
@@ -190,9 +189,16 @@ def render(found: HealthReport) -> str:
         f"  tries         {_tries(found.tries)}",
         f"  duration      {_spread(found.duration_s)}",
         f"  staleness     {_lag(lag.p50, lag.max, lag.attempts, lag.unknown)}",
+        f"  steps         every {_spread(found.step_interval_s)}",
+        f"  weight syncs  every {_spread(found.weight_sync_interval_s)}",
+        f"  sealed/s      {_sparkline(found.sealed_per_s.per_s)}  peak "
+        f"{fmt_num(max(found.sealed_per_s.per_s, default=0.0), 2)}/s, "
+        f"buckets of {found.sealed_per_s.bucket_s:g} s",
         f"  stalls        {found.stalls:,} (open longer than {found.stall_after_s:g} s at "
         "the run's end, or open at a clean close)",
     ]
+    if found.bad_lines:
+        out.append(f"  bad lines     {found.bad_lines:,} (on standard error, the first few)")
     return "\n".join(out)
 
 

@@ -71,13 +71,17 @@ def frame(view: LiveView, wall_now: float, interval: float | None = None) -> str
     ]
     if not runs:
         out.append("no trace event yet")
+        if view.bad_lines:
+            out.append(f"lines that are no trace event: {view.bad_lines:,}")
         return "\n".join(out)
     stalls = view.stalls()
+    stopped = view.stopped()
     per_run = {r.run_id: 0 for r in runs}
-    for run, _, _ in stalls:
-        per_run[run.run_id] += 1
+    for stall in stalls:
+        per_run[stall.run.run_id] += 1
     rows = []
     for i, r in enumerate(runs, 1):
+        state = "stopped" if r.run_id in stopped else "closed" if r.closed else "open"
         rows.append(
             [
                 str(i),
@@ -86,11 +90,11 @@ def frame(view: LiveView, wall_now: float, interval: float | None = None) -> str
                 "?" if r.pid is None else str(r.pid),
                 fmt_time(r.last_time),
                 fmt_num(max(wall_now - r.last_time, 0.0), 1),
-                f"{len(r.open_tries()):,}",
-                f"{len(r.seal_times):,}",
+                f"{view.in_flight(r):,}",
+                f"{len(r.seals):,}",
                 fmt_num(r.sealed_per_s(), 2),
                 f"{per_run[r.run_id]:,}",
-                "closed" if r.closed else "open",
+                state,
             ]
         )
     headers = ["run", "run_id", "host", "pid", "last event", "idle_s", "in_flight", "sealed"]
@@ -98,14 +102,18 @@ def frame(view: LiveView, wall_now: float, interval: float | None = None) -> str
     out.append(table(headers, rows, right=[0, 3, 5, 6, 7, 8, 9]))
     out.append("")
     if stalls:
-        out.append(f"stalls (open longer than {view.stall_after:g} s): {len(stalls):,}")
+        out.append(
+            f"stalls: {len(stalls):,} (open longer than {view.stall_after:g} s at the run's "
+            "last event, or open at a clean close)"
+        )
         number = {r.run_id: i for i, r in enumerate(runs, 1)}
         srows = [
-            [str(number[run.run_id]), repr(p), str(g), str(a), fmt_num(open_s, 1)]
-            for run, (p, g, a), open_s in stalls[:_STALLS_SHOWN]
-        ]
-        headers = ["run", "prompt_id", "generation", "attempt", "open_s"]
-        out.append(table(headers, srows, right=[0, 2, 3, 4], indent="  "))
+            [str(number[st.run.run_id]), st.kind, repr(st.key[0]), str(st.key[1]),
+             str(st.key[2]), fmt_num(st.open_s, 1)]
+            for st in stalls[:_STALLS_SHOWN]
+        ]  # fmt: skip
+        headers = ["run", "kind", "prompt_id", "generation", "attempt", "open_s"]
+        out.append(table(headers, srows, right=[0, 3, 4, 5], indent="  "))
         if len(stalls) > _STALLS_SHOWN:
             out.append(f"  ... and {len(stalls) - _STALLS_SHOWN:,} more")
     else:
@@ -114,15 +122,21 @@ def frame(view: LiveView, wall_now: float, interval: float | None = None) -> str
     if stop is None:
         out.append("last stop: none yet")
     else:
-        stopped = stop.stopped_run[:8] if stop.stopped_run else "unknown"
+        stopped_run = stop.stopped_run[:8] if stop.stopped_run else "unknown"
         out.append(
-            f"last stop: run {stopped} stopped, run {stop.restored_run[:8]} restored: "
+            f"last stop: run {stopped_run} stopped, run {stop.restored_run[:8]} restored: "
             f"downtime {fmt_num(stop.downtime_s, 1)} s, restore {fmt_num(stop.restore_s, 1)} s, "
             f"in flight {fmt_num(stop.in_flight)} (resumed {fmt_num(stop.resumed)}, restarted "
             f"{fmt_num(stop.restarted)}), lost {fmt_num(stop.lost_s, 1)} s"
         )
-    if view.bad_lines:
-        out.append(f"lines that are no trace event: {view.bad_lines:,}")
+    twice = sum(r.read_twice for r in runs)
+    if twice:
+        out.append(f"lines read twice (two sinks or a copy; counted once): {twice:,}")
+    if view.bad_lines or view.follower.damaged:
+        out.append(
+            f"lines that are no trace event: {view.bad_lines:,}; gzip files that cannot be "
+            f"inflated: {view.follower.damaged:,}"
+        )
     return "\n".join(out)
 
 

@@ -4,20 +4,18 @@ Everything here is read off the ``Timeline`` model (``_timeline.model``), which
 is folded from events in any order and file layout; so is every answer here.
 An attempt is one try of a sibling in one run (see the model's docstring).
 
-- **Tries per sibling**: a run's started attempts of one
-  ``(prompt_id, generation_index)`` are counted in seq order up to and
-  including the one that seals it; a seal ends that use of the sibling (a
-  prompt that comes round again starts a new count). A sibling with tries
-  and no seal by the run's end is ``unsealed``.
+- **Tries per sibling** and **staleness** (policy lag) cross stops: see
+  ``lineage`` for what a use of a sibling is and which tries a step trained.
+  A run's tries count the uses it sealed (with the tries before its restore)
+  and its siblings unsealed at its end; the whole set's count each use once,
+  where it was sealed or where its restore chain ends. A lag is the version of
+  the run's latest ``weights_synced`` before the step minus the try's
+  dispatch ``weight_version``; ``unknown`` when either is missing.
 - **Stalls**: an attempt started in the run and still open at its last event,
   open longer than ``stall_after`` seconds then (``open_too_long``); or open in
   a run that closed cleanly (``trace_closed``) with no stop that resumed or
   restarted it: a phantom "in flight" (``open_at_close``), whatever its age.
-- **Staleness** (policy lag): for each ``step_trained``, the weight version of
-  the run's latest ``weights_synced`` before it (by seq), minus the dispatch
-  ``weight_version`` of each sealed attempt of the groups it names. A resumed
-  attempt takes the version of its dispatch in the run the stop restored
-  from; an attempt whose dispatch is in neither is ``unknown``.
+- **Intervals** between a run's steps and syncs; the set pools every run's.
 """
 
 from __future__ import annotations
@@ -26,12 +24,13 @@ import itertools
 import math
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import msgspec
 
 from .._timeline.marks import STEP, WEIGHTS
-from .._timeline.model import OUTCOMES, Attempt, RunLine, Timeline
+from .._timeline.model import OUTCOMES, RunLine, Timeline
+from .lineage import Lineage, TrainedStep, TriesState, tries_pass
 
 __all__ = [
     "DEFAULT_STALL_AFTER",
@@ -78,8 +77,9 @@ class StepLag(msgspec.Struct, kw_only=True):
     time: float
     # The version of the latest weights_synced before the step; None: none yet.
     weight_version: int | None
-    attempts: int  # sealed attempts of its groups with a known lag
+    attempts: int  # tries it trained with a known lag
     unknown: int  # ... and with none
+    missing_groups: int  # groups it names with no sealed try in the run or before it
     p50: float | None
     max: float | None
 
@@ -126,6 +126,11 @@ class HealthReport(msgspec.Struct, kw_only=True):
     duration_s: Spread
     stalls: int
     staleness: Staleness  # over every run (``steps`` left empty)
+    step_interval_s: Spread  # between steps of one run, over every run
+    weight_sync_interval_s: Spread
+    sealed_per_s: Rate  # over the set's whole span
+    bad_lines: int = 0  # lines of the files read that are no trace event
+    notes: list[str] = []  # what the reading noted (the notes of ``cost``)
 
 
 def spread(values: Iterable[float]) -> Spread:
@@ -144,31 +149,52 @@ def spread(values: Iterable[float]) -> Spread:
     return Spread(count=n, p50=at(0.5), p90=at(0.9), p99=at(0.99), max=ordered[-1])
 
 
-def report_of(tl: Timeline, stall_after: float = DEFAULT_STALL_AFTER) -> HealthReport:
+def report_of(
+    tl: Timeline, stall_after: float = DEFAULT_STALL_AFTER, bad_lines: int = 0
+) -> HealthReport:
     """The health report of a timeline (``_timeline.fold.TimelineFold``)."""
-    by_id = {r.run_id: r for r in tl.runs}
-    stopped = {s.stopped_run for s in tl.stops if s.stopped_run is not None}
-    # The run each restored run came from: a resumed attempt's dispatch is there.
-    restored_from = {
-        s.restored_run: by_id[s.stopped_run]
-        for s in tl.stops
-        if s.stopped_run in by_id and s.restored_run is not None
-    }
+    lineage = Lineage(tl)
     runs = []
     attempts: Counter[str] = Counter()
     tries: Counter[str] = Counter()
     durations = array("d")
     lags = array("d")
     unknown = 0
+    step_gaps: list[float] = []
+    sync_gaps: list[float] = []
+    # Uses of siblings as they close, by the run that sealed them; then each
+    # run's siblings unsealed at its end.
+    closed: Counter[tuple[str, str]] = Counter()
+    unsealed: dict[str, int] = {}
+    ended: dict[str, TriesState] = {}
     for run in tl.runs:
-        steps = _step_lags(run, restored_from.get(run.run_id))
-        report = _run_report(run, run.run_id in stopped, steps, stall_after)
+        before = lineage.before.get(run.run_id)
+        carried = ended.get(before.run_id) if before is not None else None
+        state = TriesState()
+        if carried is not None:  # a restored run goes on with its siblings' uses
+            state = TriesState(Counter(carried.count), dict(carried.sealed))
+        closed += tries_pass(run, state)
+        ended[run.run_id] = state
+        unsealed[run.run_id] = state.unsealed()
+        if run.run_id not in lineage.after:  # the end of its chain: its open uses end here
+            closed += state.finish()
+            tries["unsealed"] += unsealed[run.run_id]
+    for (_, which), n in closed.items():
+        tries[which] += n
+    for run in tl.runs:
+        steps = lineage.trained(run)
+        run_tries = Counter(
+            {which: n for (where, which), n in closed.items() if where == run.run_id}
+        )
+        run_tries["unsealed"] = unsealed[run.run_id]
+        report = _run_report(run, lineage, run_tries, steps, stall_after)
         runs.append(report)
         attempts.update(report.attempts)
-        tries.update(report.tries)
         durations.extend(_durations(run))
-        lags.extend(v for _, values, _ in steps for v in values)
+        lags.extend(v for step in steps for v in _lags(step)[0])
         unknown += report.staleness.unknown
+        step_gaps += _gaps(t for _, t, _ in _marks(run, STEP))
+        sync_gaps += _gaps(t for _, t, _ in _marks(run, WEIGHTS))
     overall = spread(lags)
     return HealthReport(
         stall_after_s=stall_after,
@@ -180,15 +206,35 @@ def report_of(tl: Timeline, stall_after: float = DEFAULT_STALL_AFTER) -> HealthR
         staleness=Staleness(
             attempts=overall.count, unknown=unknown, p50=overall.p50, max=overall.max
         ),
+        step_interval_s=spread(step_gaps),
+        weight_sync_interval_s=spread(sync_gaps),
+        sealed_per_s=_rate(tl.runs),
+        bad_lines=bad_lines,
+        notes=[str(n) for n in tl.notes],
     )
 
 
-def _run_report(run: RunLine, stopped: bool, lags: list[_Lags], stall_after: float) -> RunHealth:
+def _lags(step: TrainedStep) -> tuple[list[float], int]:
+    """The lags of the tries a step trained, and how many are unknown."""
+    known, unknown = [], 0
+    for _, v in step.tries:
+        if v is None or step.weight_version is None:
+            unknown += 1
+        else:
+            known.append(float(step.weight_version - v))
+    return known, unknown
+
+
+def _run_report(
+    run: RunLine,
+    lineage: Lineage,
+    tries: Counter[str],
+    steps: list[TrainedStep],
+    stall_after: float,
+) -> RunHealth:
     outcomes = Counter(a.outcome for a in run.attempts)
-    steps = _marks(run, STEP)
-    syncs = _marks(run, WEIGHTS)
-    known = [v for _, values, _ in lags for v in values]
-    overall = spread(known)
+    per_step = [(step, *_lags(step)) for step in steps]
+    overall = spread(v for _, values, _ in per_step for v in values)
     return RunHealth(
         run_id=run.run_id,
         host=run.host,
@@ -196,33 +242,34 @@ def _run_report(run: RunLine, stopped: bool, lags: list[_Lags], stall_after: flo
         first_time=run.first_time,
         last_time=run.last_time,
         closed=run.closed,
-        stopped=stopped,
+        stopped=run.run_id in lineage.after,
         attempts={k: outcomes.get(k, 0) for k in OUTCOMES},
-        tries=_tries(run.attempts),
+        tries={k: tries.get(k, 0) for k in TRIES_COLUMNS},
         duration_s=spread(_durations(run)),
         stalls=_stalls(run, stall_after),
         staleness=Staleness(
             attempts=overall.count,
-            unknown=sum(u for _, _, u in lags),
+            unknown=sum(u for _, _, u in per_step),
             p50=overall.p50,
             max=overall.max,
             steps=[
                 StepLag(
-                    step=step,
-                    time=t,
-                    weight_version=version,
+                    step=step.step,
+                    time=step.time,
+                    weight_version=step.weight_version,
                     attempts=s.count,
                     unknown=u,
+                    missing_groups=step.missing_groups,
                     p50=s.p50,
                     max=s.max,
                 )
-                for (step, t, version), values, u in lags
+                for step, values, u in per_step
                 for s in (spread(values),)
             ],
         ),
-        step_interval_s=spread(_gaps(t for _, t, _ in steps)),
-        weight_sync_interval_s=spread(_gaps(t for _, t, _ in syncs)),
-        sealed_per_s=_rate(run),
+        step_interval_s=spread(_gaps(t for _, t, _ in _marks(run, STEP))),
+        weight_sync_interval_s=spread(_gaps(t for _, t, _ in _marks(run, WEIGHTS))),
+        sealed_per_s=_rate([run]),
     )
 
 
@@ -239,21 +286,6 @@ def _gaps(times: Iterable[float]) -> list[float]:
 def _durations(run: RunLine) -> Iterable[float]:
     """Start to end of every attempt started in the run that ended in it."""
     return (a.end - a.start for a in run.attempts if a.started and a.end_seq >= 0)
-
-
-def _tries(attempts: Sequence[Attempt]) -> dict[str, int]:
-    out: Counter[str] = Counter()
-    open_: Counter[tuple[int | str, int]] = Counter()
-    # Attempts are listed by their first event's seq: the order they were tried.
-    for a in attempts:
-        key = (a.prompt_id, a.generation_index)
-        if a.started:
-            open_[key] += 1
-        if a.outcome == "sealed" and open_[key]:
-            n = open_.pop(key)
-            out[str(n) if n < 3 else "3+"] += 1
-    out["unsealed"] = sum(1 for n in open_.values() if n)
-    return {k: out.get(k, 0) for k in TRIES_COLUMNS}
 
 
 def _stalls(run: RunLine, stall_after: float) -> list[Stall]:
@@ -283,58 +315,19 @@ def _stalls(run: RunLine, stall_after: float) -> list[Stall]:
     return found
 
 
-# A step's (step, time, synced weight version), its lags, its attempts of unknown lag.
-_Lags = tuple[tuple[int, float, int | None], list[float], int]
-
-
-def _step_lags(run: RunLine, before: RunLine | None) -> list[_Lags]:
-    """Per step_trained in seq order: (step, time, synced version), its lags, its unknowns."""
-    m = run.marks
-    sealed: dict[str, list[Attempt]] = {}
-    for a in run.attempts:
-        if a.outcome == "sealed":
-            sealed.setdefault(a.group_id, []).append(a)
-    dispatched = _versions(before)
-    version: int | None = None
-    out = []
-    for i, code in enumerate(m.codes):
-        if code == WEIGHTS:
-            version = m.a[i]
-        elif code == STEP:
-            lags: list[float] = []
-            unknown = 0
-            for gid in m.b[i] or ():
-                for a in sealed.get(gid, ()):
-                    v = a.weight_version
-                    if v is None:
-                        v = dispatched.get((a.prompt_id, a.generation_index, a.attempt))
-                    if v is None or version is None:
-                        unknown += 1
-                    else:
-                        lags.append(float(version - v))
-            out.append(((m.a[i], m.times[i], version), lags, unknown))
-    return out
-
-
-def _versions(run: RunLine | None) -> dict[tuple[int | str, int, int], int]:
-    """The dispatch weight version of each try of ``run``."""
-    if run is None:
-        return {}
-    return {
-        (a.prompt_id, a.generation_index, a.attempt): a.weight_version
-        for a in run.attempts
-        if a.weight_version is not None
-    }
-
-
-def _rate(run: RunLine) -> Rate:
-    span = max(run.last_time - run.first_time, 0.0)
+def _rate(runs: list[RunLine]) -> Rate:
+    """Sealed tries per second over the runs' span, in about ``_BUCKETS`` buckets."""
+    seals = [a.end for run in runs for a in run.attempts if a.outcome == "sealed"]
+    times = [t for run in runs for t in (run.first_time, run.last_time)]
+    finite = [t for t in (*times, *seals) if math.isfinite(t)]
+    if not finite:
+        return Rate(start=0.0, bucket_s=0.0, per_s=[])
+    first, span = min(finite), max(finite) - min(finite)
     width: float = next(
         (w for w in _BUCKET_WIDTHS if w * _BUCKETS >= span), math.ceil(span / _BUCKETS) or 1
     )
-    counts = [0] * max(1, math.ceil(span / width) if span else 1)
-    for a in run.attempts:
-        if a.outcome == "sealed":
-            i = int((a.end - run.first_time) // width)
-            counts[min(max(i, 0), len(counts) - 1)] += 1
-    return Rate(start=run.first_time, bucket_s=float(width), per_s=[c / width for c in counts])
+    counts = [0] * max(1, math.ceil(span / width))
+    for t in seals:
+        if math.isfinite(t):
+            counts[min(max(int((t - first) // width), 0), len(counts) - 1)] += 1
+    return Rate(start=first, bucket_s=float(width), per_s=[c / width for c in counts])

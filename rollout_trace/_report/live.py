@@ -17,10 +17,8 @@ made with a simulated clock reads the same as a live one.
 from __future__ import annotations
 
 import glob
-import gzip
 import os
 import zlib
-from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,21 +50,32 @@ _ENDS = (AttemptSealed, AttemptAbandoned, AttemptRefused)
 
 @dataclass
 class _File:
-    offset: int = 0  # plain: bytes taken; gzip: inflated bytes taken
-    size: int = -1  # the size at the last look
-    pending: bytes = b""  # a plain file's torn last line, so far
+    ident: tuple[int, int] = (-1, -1)  # (device, inode): another file at the path starts over
+    head: bytes = b""  # its first bytes: a file cut short and written again starts over
+    offset: int = 0  # bytes taken from the file
+    size: int = -1  # its size at the last look
+    pending: bytes = b""  # a torn last line, so far
+    inflater: Any = None  # a gzip file's member being inflated
+    broken: bool = False  # gzip damage: nothing more is read of this file
+
+
+# Bytes compared at the head of a file to tell it is still the same one.
+_HEAD = 256
 
 
 class Follower:
     """New complete lines of the files ``paths`` name, each time ``lines`` is called.
 
     A path that names no file yet (a glob, an empty folder) is looked at again
-    each time; a file that is not there at the first look is an error.
+    each time; a file that is not there at the first look is an error. A file
+    replaced at its path (rotated, or cut short and written again) is read
+    from its start. ``damaged`` counts the gzip files that cannot be inflated.
     """
 
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = list(paths)
         self.files: dict[str, _File] = {}
+        self.damaged = 0
         self._first = True
 
     def _names(self) -> list[str]:
@@ -86,81 +95,89 @@ class Follower:
         for name in self._names():
             state = self.files.setdefault(name, _File())
             try:
-                size = os.path.getsize(name)
+                with open(name, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    head = f.read(_HEAD)
+                    ident = (st.st_dev, st.st_ino)
+                    same = (
+                        ident == state.ident
+                        and st.st_size >= state.offset
+                        and head[: len(state.head)] == state.head
+                    )
+                    if not same:
+                        self.files[name] = state = _File(ident=ident)
+                    state.head = head
+                    if st.st_size == state.size or state.broken:
+                        continue
+                    state.size = st.st_size
+                    f.seek(state.offset)
+                    data = f.read()
             except OSError:
-                continue  # gone since it was listed
-            if size == state.size:
-                continue
-            state.size = size
+                continue  # gone since it was listed, or unreadable now: looked at again later
+            state.offset += len(data)
             if name.endswith(".gz"):
-                yield from self._gzip_lines(name, state)
-            else:
-                yield from self._plain_lines(name, state)
+                data = self._inflate(state, data)
+            data = state.pending + data
+            cut = data.rfind(b"\n") + 1
+            state.pending = data[cut:]
+            yield from data[:cut].splitlines()
 
-    @staticmethod
-    def _plain_lines(name: str, state: _File) -> Iterator[bytes]:
-        if state.size < state.offset:  # truncated or replaced: from the start
-            state.offset, state.pending = 0, b""
+    def _inflate(self, state: _File, data: bytes) -> bytes:
+        """What new gzip bytes inflate to: member after member, the last one as far
+        as it is written (the sink ends each batch with a full flush)."""
+        out = bytearray()
         try:
-            with open(name, "rb") as f:
-                f.seek(state.offset)
-                data = f.read()
-        except OSError:
-            return
-        state.offset += len(data)
-        data = state.pending + data
-        cut = data.rfind(b"\n") + 1
-        state.pending = data[cut:]
-        yield from data[:cut].splitlines()
-
-    @staticmethod
-    def _gzip_lines(name: str, state: _File) -> Iterator[bytes]:
-        data = _inflate_prefix(name)
-        cut = data.rfind(b"\n") + 1
-        if cut < state.offset:
-            state.offset = 0  # replaced by a shorter file: from the start
-        yield from data[state.offset : cut].splitlines()
-        state.offset = cut
-
-
-def _inflate_prefix(name: str) -> bytes:
-    """What a gzip file inflates to up to its first damage or its unfinished end."""
-    out = bytearray()
-    try:
-        with gzip.open(name, "rb") as f:
-            while chunk := f.read(_CHUNK):
-                out += chunk
-    except (OSError, EOFError, zlib.error):
-        pass  # a member still being written, or damage: what came before stands
-    return bytes(out)
+            while data:
+                if state.inflater is None:
+                    state.inflater = zlib.decompressobj(wbits=31)
+                out += state.inflater.decompress(data)
+                if not state.inflater.eof:
+                    break
+                data = state.inflater.unused_data
+                state.inflater = None
+        except zlib.error:
+            state.broken = True
+            self.damaged += 1
+        return bytes(out)
 
 
 @dataclass
 class LiveRun:
-    """One run as the view sees it: its tries open now, its seals, its last event."""
+    """One run as the view sees it: its tries open now, its seals, its last event.
+
+    Every event is folded in, a line read twice too, in a way that gives the
+    same state in any order (the least or the greatest of what the copies say).
+    """
 
     run_id: str
     host: str | None = None
     pid: int | None = None
+    opened_seq: int = -1
     first_time: float = float("inf")
     last_time: float = float("-inf")
     closed: bool = False
-    events: int = 0
+    read_twice: int = 0  # lines whose seq was seen already
     # (prompt_id, generation_index, attempt) -> [start seq, start time, end seq]
     tries: dict[tuple[Any, int, int], list[Any]] = field(default_factory=dict)
-    seal_times: array[float] = field(default_factory=lambda: array("d"))
+    seals: dict[int, float] = field(default_factory=dict)  # seq -> time
     seqs: SeqSet = field(default_factory=SeqSet)
 
-    def add(self, ev: Any) -> bool:
-        """Fold ``ev`` in; False when its seq was seen already (a line read twice)."""
+    @property
+    def events(self) -> int:
+        return self.seqs.count
+
+    def add(self, ev: Any) -> None:
         if not self.seqs.add(ev.seq):
-            return False
-        self.events += 1
+            self.read_twice += 1
         t = ev.time
         self.first_time = min(self.first_time, t)
         self.last_time = max(self.last_time, t)
         if isinstance(ev, TraceOpened):
-            self.host, self.pid = ev.host, ev.pid
+            if self.opened_seq < 0 or (ev.seq, repr((ev.host, ev.pid))) < (
+                self.opened_seq,
+                repr((self.host, self.pid)),
+            ):
+                self.opened_seq, self.host, self.pid = ev.seq, ev.host, ev.pid
         elif isinstance(ev, TraceClosed):
             self.closed = True
         elif isinstance(ev, (*_STARTS, *_ENDS)):
@@ -169,13 +186,12 @@ class LiveRun:
             if held is None:
                 held = self.tries[key] = [-1, t, -1]
             if isinstance(ev, _STARTS):
-                if ev.seq > held[0]:
+                if ev.seq > held[0] or (ev.seq == held[0] and t < held[1]):
                     held[0], held[1] = ev.seq, t
             else:
                 held[2] = max(held[2], ev.seq)
                 if isinstance(ev, AttemptSealed):
-                    self.seal_times.append(t)
-        return True
+                    self.seals[ev.seq] = min(t, self.seals.get(ev.seq, t))
 
     def open_tries(self) -> list[tuple[tuple[Any, int, int], float]]:
         """Each try started and not ended after its start: its key and start time."""
@@ -184,7 +200,19 @@ class LiveRun:
     def sealed_per_s(self) -> float:
         since = self.last_time - RATE_WINDOW_S
         span = min(RATE_WINDOW_S, max(self.last_time - self.first_time, 1.0))
-        return sum(1 for t in self.seal_times if t > since) / span
+        return sum(1 for t in self.seals.values() if t > since) / span
+
+
+@dataclass
+class LiveStall:
+    run: LiveRun
+    key: tuple[Any, int, int]
+    open_s: float
+    kind: str  # open_too_long | open_at_close, as ``report`` says them
+
+
+# Events folded into the cost analysis at a time.
+_BLOCK = 8192
 
 
 class LiveView:
@@ -196,10 +224,12 @@ class LiveView:
         self.runs: dict[str, LiveRun] = {}
         self.cost = CostAnalysis()
         self.bad_lines = 0
+        self._stops: list[StopCost] | None = []
 
     def poll(self) -> int:
-        """Read and fold what was written since the last poll; the new events."""
+        """Read and fold what was written since the last poll; the new lines."""
         block: list[Any] = []
+        n = 0
         for raw in self.follower.lines():
             if not raw.strip():
                 continue
@@ -210,28 +240,51 @@ class LiveView:
             run = self.runs.get(ev.run_id)
             if run is None:
                 run = self.runs[ev.run_id] = LiveRun(ev.run_id)
-            if run.add(ev):
-                block.append(ev)
+            run.add(ev)
+            block.append(ev)
+            if len(block) >= _BLOCK:
+                n += self._fold(block)
+                block = []
+        return n + self._fold(block)
+
+    def _fold(self, block: list[Any]) -> int:
         if block:
             self.cost.add(block)
+            self._stops = None  # computed again when asked
         return len(block)
+
+    def stops(self) -> list[StopCost]:
+        if self._stops is None:
+            self._stops = self.cost.stops()
+        return self._stops
+
+    def stopped(self) -> set[str]:
+        return {s.stopped_run for s in self.stops() if s.stopped_run is not None}
 
     def ordered(self) -> list[LiveRun]:
         return sorted(self.runs.values(), key=lambda r: (r.first_time, r.run_id))
 
-    def stalls(self) -> list[tuple[LiveRun, tuple[Any, int, int], float]]:
-        """Tries open longer than ``stall_after`` at their run's last event, oldest first."""
-        found = [
-            (run, key, run.last_time - started)
-            for run in self.runs.values()
-            for key, started in run.open_tries()
-            if run.last_time - started > self.stall_after
-        ]
-        found.sort(key=lambda item: -item[2])
+    def in_flight(self, run: LiveRun) -> int:
+        """Tries open now: none in a run a later run was restored from."""
+        return 0 if run.run_id in self.stopped() else len(run.open_tries())
+
+    def stalls(self) -> list[LiveStall]:
+        """As ``report`` finds them: open too long at the run's last event, or open
+        at a clean close that no stop followed. Oldest first."""
+        stopped = self.stopped()
+        found = []
+        for run in self.runs.values():
+            for key, started in run.open_tries():
+                open_s = run.last_time - started
+                if run.closed and run.run_id not in stopped:
+                    found.append(LiveStall(run, key, open_s, "open_at_close"))
+                elif open_s > self.stall_after:
+                    found.append(LiveStall(run, key, open_s, "open_too_long"))
+        found.sort(key=lambda s: -s.open_s)
         return found
 
     def last_stop(self) -> StopCost | None:
-        stops = self.cost.stops()
+        stops = self.stops()
         return stops[-1] if stops else None
 
     @property

@@ -8,15 +8,17 @@ run. Written as CSV (the standard library) or Parquet (pyarrow, the optional
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
 from collections.abc import Iterator
 from typing import IO, Any
 
 import msgspec
 
 from .._errors import RolloutTraceError
-from .._timeline.marks import STEP
-from .._timeline.model import RunLine, Timeline
+from .._timeline.model import Timeline
+from .lineage import Lineage
 
 __all__ = ["AttemptRow", "COLUMNS", "rows_of", "write_csv", "write_parquet"]
 
@@ -27,8 +29,9 @@ class AttemptRow(msgspec.Struct, kw_only=True):
     ``started_at`` is its ``attempt_dispatched`` or ``attempt_resumed`` (None
     when that is in an earlier run: an end the restored run reports);
     ``ended_at`` its end (None: open at the run's last event, outcome
-    ``unended``). ``trained_step`` is the first ``step_trained`` of the run
-    that names its group (sealed attempts only). ``fate`` is what a stop did
+    ``unended``). ``trained_step`` is the first ``step_trained`` that trained
+    it (``lineage``: its group's latest seal of its sibling, in its run or a
+    run restored from it). ``fate`` is what a stop did
     to it (``resumed``, ``restarted``: its work was thrown away, ``redone``),
     ``stop`` that stop's number (1, 2, ...; 0 for none).
     """
@@ -57,8 +60,15 @@ COLUMNS: tuple[str, ...] = AttemptRow.__struct_fields__
 
 
 def rows_of(tl: Timeline) -> Iterator[AttemptRow]:
+    # The first step (in run order, then seq order) that trained each try,
+    # in its own run or in a run restored from it.
+    lineage = Lineage(tl)
+    trained: dict[int, int] = {}
+    for run in tl.runs:
+        for step in lineage.trained(run):
+            for a, _ in step.tries:
+                trained.setdefault(id(a), step.step)
     for number, run in enumerate(tl.runs, 1):
-        trained = _trained_steps(run)
         for a in run.attempts:
             ended = a.end_seq >= 0
             started = a.started
@@ -78,32 +88,65 @@ def rows_of(tl: Timeline) -> Iterator[AttemptRow]:
                 reason=a.reason,
                 weight_version=a.weight_version,
                 resumed_turn=a.resumed_turn,
-                trained_step=trained.get(a.group_id) if a.outcome == "sealed" else None,
+                trained_step=trained.get(id(a)),
                 fate=a.fate,
                 stop=a.stop,
             )
 
 
-def _trained_steps(run: RunLine) -> dict[str, int]:
-    """Group id -> the first step (by seq) of the run that trained it."""
-    out: dict[str, int] = {}
-    m = run.marks
-    for i, code in enumerate(m.codes):
-        if code == STEP:
-            for gid in m.b[i] or ():
-                out.setdefault(gid, m.a[i])
+# The integer columns: int64 in Parquet unless a value does not fit.
+_INT_COLUMNS = (
+    "pid",
+    "prompt_id",
+    "generation_index",
+    "attempt",
+    "weight_version",
+    "resumed_turn",
+    "trained_step",
+)
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def _as_text(values: list[Any]) -> list[str | None]:
+    return [None if v is None else msgspec.json.encode(v).decode() for v in values]
+
+
+def _kinds(rows: list[AttemptRow]) -> dict[str, str]:
+    """Per column of ints, how it is written: ``int`` (int64), ``str`` (every
+    value a str, as it is) or ``json`` (each value's JSON text: ints past int64,
+    or ints and strs in one column, such as the prompt ids 7 and "7", which
+    are two siblings and must stay apart)."""
+    out = {}
+    for name in _INT_COLUMNS:
+        values = [getattr(r, name) for r in rows]
+        if all(v is None or (type(v) is int and v in _INT64) for v in values):
+            out[name] = "int"
+        elif all(v is None or type(v) is str for v in values):
+            out[name] = "str"
+        else:
+            out[name] = "json"
     return out
 
 
 def write_csv(rows: Iterator[AttemptRow], out: IO[str]) -> int:
-    """Write a header and the rows (None as an empty cell); the rows written."""
+    """Write a header and the rows (None as an empty cell); the rows written.
+
+    A prompt id column that holds both ints and strs is written as each
+    one's JSON text (7 and "7" are two siblings), as in Parquet.
+    """
+    held = list(rows)
+    mixed = _kinds(held)["prompt_id"] == "json"
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
-    n = 0
-    for row in rows:
-        writer.writerow(["" if v is None else v for v in msgspec.structs.astuple(row)])
-        n += 1
-    return n
+    for row in held:
+        values = msgspec.structs.astuple(row)
+        if mixed:
+            values = tuple(
+                msgspec.json.encode(v).decode() if name == "prompt_id" else v
+                for name, v in zip(COLUMNS, values, strict=True)
+            )
+        writer.writerow(["" if v is None else v for v in values])
+    return len(held)
 
 
 # Rows per Parquet row group, built and written at a time.
@@ -113,10 +156,11 @@ _GROUP = 65_536
 def write_parquet(rows: Iterator[AttemptRow], path: str) -> int:
     """Write the rows to a Parquet file; the rows written.
 
-    ``prompt_id`` is an int64 column when every prompt id is an int, a string
-    column when every one is a str, and else (both: two siblings apart in
-    JSON, 7 and "7") a string column of each one's JSON text, so that they
-    stay apart. Parquet holds one type a column, so the rows are looked at first.
+    Each column of ints is int64 when every value fits, a string column when
+    every value is a str, and else a string column of each value's JSON text
+    (``_kinds``). Parquet holds one type a column, so the rows are looked at
+    first. Written to a file beside ``path`` and renamed over it once
+    whole, so that a failure leaves no half-written file.
     """
     try:
         import pyarrow as pa
@@ -127,40 +171,28 @@ def write_parquet(rows: Iterator[AttemptRow], path: str) -> int:
             "(or write .csv, which needs nothing more)"
         ) from exc
     held = list(rows)
-    ints = all(type(r.prompt_id) is int for r in held)
-    strs = not ints and all(type(r.prompt_id) is str for r in held)
-    schema = pa.schema(
-        [
-            ("run", pa.int32()),
-            ("run_id", pa.string()),
-            ("host", pa.string()),
-            ("pid", pa.int64()),
-            ("group_id", pa.string()),
-            ("prompt_id", pa.int64() if ints else pa.string()),
-            ("generation_index", pa.int64()),
-            ("attempt", pa.int64()),
-            ("started_at", pa.float64()),
-            ("ended_at", pa.float64()),
-            ("duration_s", pa.float64()),
-            ("outcome", pa.string()),
-            ("reason", pa.string()),
-            ("weight_version", pa.int64()),
-            ("resumed_turn", pa.int64()),
-            ("trained_step", pa.int64()),
-            ("fate", pa.string()),
-            ("stop", pa.int32()),
-        ]
-    )
-    with pq.ParquetWriter(path, schema) as writer:
-        for i in range(0, max(len(held), 1), _GROUP):
-            part = held[i : i + _GROUP]
-            columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-            for row in part:
-                for name, value in zip(COLUMNS, msgspec.structs.astuple(row), strict=True):
-                    columns[name].append(value)
-            if not ints and not strs:
-                columns["prompt_id"] = [
-                    msgspec.json.encode(p).decode() for p in columns["prompt_id"]
-                ]
-            writer.write_table(pa.table(columns, schema=schema))
+    kinds = _kinds(held)
+    types = {"run": pa.int32(), "stop": pa.int32()}
+    for name in ("started_at", "ended_at", "duration_s"):
+        types[name] = pa.float64()
+    for name, kind in kinds.items():
+        types[name] = pa.int64() if kind == "int" else pa.string()
+    schema = pa.schema([(name, types.get(name, pa.string())) for name in COLUMNS])
+    part_path = f"{path}.part"
+    try:
+        with pq.ParquetWriter(part_path, schema) as writer:
+            for i in range(0, max(len(held), 1), _GROUP):
+                columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+                for row in held[i : i + _GROUP]:
+                    for name, value in zip(COLUMNS, msgspec.structs.astuple(row), strict=True):
+                        columns[name].append(value)
+                for name, kind in kinds.items():
+                    if kind == "json":
+                        columns[name] = _as_text(columns[name])
+                writer.write_table(pa.table(columns, schema=schema))
+        os.replace(part_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part_path)
+        raise
     return len(held)

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from traced import KNOWN, Run, write_runs
 
+import rollout_trace as rt
 from rollout_trace._cli.main import main
+from rollout_trace._cli.watch import frame
 from rollout_trace._report.live import Follower, LiveView
 
 
@@ -22,7 +24,7 @@ from rollout_trace._report.live import Follower, LiveView
     ("stall_after", "status", "shown"),
     [
         # Sibling 4 open 960 s at the run's last event: a stall, exit 1.
-        ("600", 1, "stalls (open longer than 600 s): 1"),
+        ("600", 1, "stalls: 1 (open longer than 600 s"),
         # Not yet one.
         ("1000", 0, "stalls: none (open longer than 1000 s)"),
     ],
@@ -94,7 +96,100 @@ def test_a_run_read_from_two_files_counts_once(tmp_path: Path) -> None:
     view.poll()
     [run] = view.ordered()
     assert run.events == len(written.read_bytes().splitlines())
-    assert len(run.seal_times) == 3 and len(run.open_tries()) == 1
+    assert len(run.seals) == 3 and len(run.open_tries()) == 1
+    assert run.read_twice == run.events
+
+
+def test_a_gzip_trace_still_being_written_is_read_as_far_as_it_is_flushed(
+    tmp_path: Path,
+) -> None:
+    # The sink keeps one gzip member open and ends each batch with a full
+    # flush: what was flushed inflates although the member has no end yet.
+    view = LiveView([str(tmp_path)], 600.0)
+    with rt.sync_tracer(f"jsonl://{tmp_path}/live.jsonl.gz") as t:
+        for p in range(50):
+            t.emit(rt.AttemptDispatched(group_id="g", prompt_id=p, generation_index=0,
+                                        attempt=0, weight_version=1))  # fmt: skip
+        assert t.flush(timeout=10)
+        view.poll()
+        [run] = view.ordered()
+        assert (run.events, len(run.open_tries())) == (51, 50)  # trace_opened and 50
+        for p in range(30):
+            t.emit(rt.AttemptSealed(group_id="g", prompt_id=p, generation_index=0, attempt=0))
+        assert t.flush(timeout=10)
+        view.poll()
+        assert (run.events, len(run.open_tries()), len(run.seals)) == (81, 20, 30)
+    view.poll()
+    assert run.closed and run.events == 82 and view.follower.damaged == 0
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "renamed",  # rotated away, a new file at the path
+        "truncated",  # cut short and written again, longer than before
+    ],
+)
+def test_a_file_replaced_at_its_path_is_read_from_its_start(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(b'{"old":%d}\n' % i for i in range(5)))
+    follower = Follower([str(path)])
+    assert len(_lines(follower)) == 5
+    if how == "renamed":
+        path.rename(tmp_path / "t.jsonl.1")
+    new = b"".join(b'{"new":%d}\n' % i for i in range(16))
+    path.write_bytes(new)
+    assert _lines(follower) == new.splitlines()
+
+
+def _copies(tmp_path: Path) -> list[Path]:
+    # One run in two files whose lines differ (a conflicting copy): one holds
+    # a later seal and a later last event than the other.
+    [a] = write_runs(tmp_path / "a", [Run(KNOWN)])
+    lines = a.read_bytes().splitlines(keepends=True)
+    b = tmp_path / "b.jsonl"
+    b.write_bytes(b"".join(lines[:-1]) + lines[-1].replace(b"1000.0", b"2000.0"))
+    return [a, b]
+
+
+def test_the_frame_is_the_same_in_any_order_of_files(tmp_path: Path) -> None:
+    a, b = _copies(tmp_path)
+    frames = []
+    for order in ([a, b], [b, a]):
+        view = LiveView([str(p) for p in order], 600.0)
+        view.poll()
+        frames.append(frame(view, 3000.0).split("\n", 1)[1])
+    assert frames[0] == frames[1]
+    assert "lines read twice" in frames[0]
+
+
+def test_a_stopped_run_has_nothing_in_flight_and_a_closed_one_shows_its_phantoms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snap = rt.SnapshotPublished(step=0, path="/s", captured_at=10.5)
+    a = Run([(10.0, rt.AttemptDispatched(group_id="g", prompt_id=1, generation_index=0,
+                                         attempt=0, weight_version=1)), (11.0, snap)])  # fmt: skip
+    b = Run(
+        [(20.0, rt.RestoreStarted(path="/s", step=0)),
+         (21.0, rt.RestoreFinished(step=0, unfinished_groups=["g"])),
+         (22.0, rt.AttemptDispatched(group_id="g", prompt_id=2, generation_index=0, attempt=0,
+                                     weight_version=1))],
+        closed_at=23.0,
+    )  # fmt: skip
+    files = write_runs(tmp_path / "set", [a, b])
+    assert main(["watch", str(files[0].parent), "--once"]) == 1
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.endswith(("stopped", "closed"))]
+    assert [(r[-5], r[-1]) for r in rows] == [("0", "stopped"), ("1", "closed")]
+    assert "open_at_close" in out and "open_too_long" not in out
+
+
+def test_bad_lines_are_counted_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "junk.jsonl").write_bytes(b"not json\n{}\n")
+    assert main(["watch", str(tmp_path), "--once"]) == 0
+    assert "lines that are no trace event: 2" in capsys.readouterr().out
 
 
 # --- in a real terminal -----------------------------------------------------------

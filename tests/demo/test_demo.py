@@ -134,6 +134,13 @@ def test_every_command_the_demo_points_at_runs_on_its_traces(
     report = run_cli("report", "--json", *map(str, demo.traces))
     doc = json.loads(report.stdout)
     assert doc["stalls"] == 0 and doc["runs"][0]["attempts"]["unended"] > 0
+    # A run's sealed uses are at most its seals (a use sealed before the
+    # stop is the stopped run's, not counted again by the restored run).
+    for run in doc["runs"]:
+        uses = sum(n for k, n in run["tries"].items() if k != "unsealed")
+        assert 0 < uses <= run["attempts"]["sealed"], run["tries"]
+    set_uses = sum(n for k, n in doc["tries"].items() if k != "unsealed")
+    assert set_uses <= sum(r["attempts"]["sealed"] for r in doc["runs"])
 
 
 def test_the_first_run_was_killed_and_the_second_closed(

@@ -160,3 +160,19 @@ def test_events_and_paths_give_the_same_report(tmp_path: Path) -> None:
     files = write_runs(tmp_path / "set", [Run(KNOWN)])
     assert rt.health_report(list(rt.read(files))) == rt.health_report(files)
     assert rt.health_report(files[0]) == rt.health_report([str(files[0])])
+
+
+def test_lines_that_are_no_event_are_counted(tmp_path: Path) -> None:
+    [written] = write_runs(tmp_path / "set", [Run(KNOWN)])
+    with written.open("ab") as f:
+        f.write(b"not json\n{}\n")
+    report = rt.health_report(written)
+    assert report.bad_lines == 2 and report.runs[0].attempts["sealed"] == 3
+
+
+def test_the_whole_set_pools_the_intervals_and_rates_of_its_runs(tmp_path: Path) -> None:
+    runs = [Run(KNOWN), *_stopped_and_restored(None, True)]
+    report = rt.health_report(write_runs(tmp_path / "set", runs))
+    # Steps: KNOWN's gaps 10 and 18; B trains one step (no gap).
+    assert (report.step_interval_s.count, report.step_interval_s.max) == (2, 18.0)
+    assert sum(report.sealed_per_s.per_s) * report.sealed_per_s.bucket_s == pytest.approx(4)

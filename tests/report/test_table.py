@@ -90,6 +90,8 @@ def test_csv_has_a_row_per_attempt(tmp_path: Path, capsys: pytest.CaptureFixture
         (("a", "7"), "string", ["a", "7"]),
         # Both (7 and "7" are two siblings): each one's JSON text.
         ((7, "7"), "string", ["7", '"7"']),
+        # An int past int64 (a 64-bit hash): each one's JSON text, not a crash.
+        ((2**63, 1), "string", ["9223372036854775808", "1"]),
     ],
 )
 def test_parquet_keeps_the_prompt_ids_apart(
@@ -112,6 +114,28 @@ def test_parquet_keeps_the_prompt_ids_apart(
     assert str(table.schema.field("prompt_id").type) == arrow_type
     assert table.column("prompt_id").to_pylist() == values
     assert table.column("duration_s").to_pylist() == [10.0, 10.0]
+    # CSV keeps them apart the same way.
+    csv_out = tmp_path / "attempts.csv"
+    assert main(["attempts", *map(str, files), "-o", str(csv_out)]) == 0
+    with csv_out.open(newline="") as f:
+        got = [row["prompt_id"] for row in csv.DictReader(f)]
+    assert got == [str(v) for v in values]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attempts.csv", "attempts.parquet", "set"]
+
+
+def test_a_parquet_write_that_fails_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pa = pytest.importorskip("pyarrow", reason="pyarrow is the parquet extra")
+    files = write_runs(tmp_path / "set", [Run(KNOWN)])
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pa, "table", broken)
+    out = tmp_path / "attempts.parquet"
+    assert main(["attempts", *map(str, files), "-o", str(out)]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,187 @@
+"""What crosses a stop: the tries a step trained, and a sibling's tries, over restored runs.
+
+A run restored from another (a stop, ``Timeline.stops``) carries on its
+work: its groups keep their ids, a step may train groups sealed before the
+stop, and a sibling's tries go on in the new run. So a run is read with the
+runs before it in its restore chain (``chain``: the run, the run it was
+restored from, that run's own, ...).
+
+**Trained tries.** A ``step_trained`` trains, for each group it names (once
+however often it is named), the latest seal of each sibling of that group:
+the one in the latest run of the chain, the highest seq there. An earlier
+seal of a sibling that was tried again (a whole group restarted, a sibling
+redone after a restore) was thrown away, not trained. A try's version is its
+dispatch's; a resumed try takes it from the chain's dispatch of that try.
+
+**Tries per sibling.** One use of a sibling runs from its first try to the
+seal that ends it; the tries counted are its starts. A start after a seal
+carries the same use on when it is the same group and, within a run, a
+higher attempt number (the seal was thrown away and the sibling tried
+again), or the seal was in an earlier run (redone after a restore);
+otherwise it begins a new use (a prompt that comes round again). A resume
+is the try it resumes, counted where that began. Events are
+taken in seq order, so a try still open when another try of the sibling
+seals (hedged tries) belongs to the sealed use.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .._timeline.marks import STEP, WEIGHTS
+from .._timeline.model import Attempt, RunLine, Timeline
+
+__all__ = ["Lineage", "TrainedStep", "TriesState", "tries_pass"]
+
+Sibling = tuple["int | str", int]
+
+
+@dataclass
+class TrainedStep:
+    step: int
+    time: float
+    seq: int
+    # The version of the run's latest weights_synced before the step; None: none yet.
+    weight_version: int | None
+    # The tries it trained and each one's dispatch version (None: unknown).
+    tries: list[tuple[Attempt, int | None]]
+    missing_groups: int  # groups named with no sealed try in the chain
+
+
+class Lineage:
+    """The restore chains of a timeline's runs, and what they let a report say."""
+
+    def __init__(self, tl: Timeline) -> None:
+        by_id = {r.run_id: r for r in tl.runs}
+        self.before: dict[str, RunLine] = {}
+        self.after: dict[str, RunLine] = {}
+        for stop in tl.stops:
+            a = by_id.get(stop.stopped_run) if stop.stopped_run is not None else None
+            b = by_id.get(stop.restored_run)
+            if a is not None and b is not None and a is not b:
+                self.before.setdefault(b.run_id, a)
+                self.after.setdefault(a.run_id, b)
+        self._seals: dict[str, dict[str, dict[Sibling, Attempt]]] = {}
+        self._versions: dict[str, dict[tuple[int | str, int, int], int]] = {}
+
+    def chain(self, run: RunLine) -> list[RunLine]:
+        out = [run]
+        seen = {run.run_id}
+        while (prev := self.before.get(out[-1].run_id)) is not None and prev.run_id not in seen:
+            seen.add(prev.run_id)
+            out.append(prev)
+        return out
+
+    def _seals_of(self, run: RunLine) -> dict[str, dict[Sibling, Attempt]]:
+        """Group id -> sibling -> its latest sealed try in ``run``."""
+        held = self._seals.get(run.run_id)
+        if held is None:
+            held = self._seals[run.run_id] = {}
+            for a in run.attempts:
+                if a.outcome == "sealed":
+                    group = held.setdefault(a.group_id, {})
+                    key = (a.prompt_id, a.generation_index)
+                    old = group.get(key)
+                    if old is None or a.end_seq > old.end_seq:
+                        group[key] = a
+        return held
+
+    def _version(self, chain: list[RunLine], a: Attempt) -> int | None:
+        if a.weight_version is not None:
+            return a.weight_version
+        key = (a.prompt_id, a.generation_index, a.attempt)
+        for run in chain:
+            versions = self._versions.get(run.run_id)
+            if versions is None:
+                versions = self._versions[run.run_id] = {
+                    (t.prompt_id, t.generation_index, t.attempt): t.weight_version
+                    for t in run.attempts
+                    if t.weight_version is not None
+                }
+            v = versions.get(key)
+            if v is not None:
+                return v
+        return None
+
+    def trained(self, run: RunLine) -> list[TrainedStep]:
+        """The run's steps in seq order, each with the tries it trained."""
+        chain = self.chain(run)
+        m = run.marks
+        version: int | None = None
+        out = []
+        for i, code in enumerate(m.codes):
+            if code == WEIGHTS:
+                version = m.a[i]
+            elif code == STEP:
+                tries: list[tuple[Attempt, int | None]] = []
+                missing = 0
+                for gid in dict.fromkeys(m.b[i] or ()):
+                    found: dict[Sibling, Attempt] = {}
+                    for r in chain:  # the latest run first: its seals stand
+                        for key, a in self._seals_of(r).get(gid, {}).items():
+                            found.setdefault(key, a)
+                    if not found:
+                        missing += 1
+                    tries += [(a, self._version(chain, a)) for a in found.values()]
+                out.append(TrainedStep(m.a[i], m.times[i], m.seqs[i], version, tries, missing))
+        return out
+
+
+@dataclass
+class TriesState:
+    """Per sibling: the tries of its use so far, and the seal that ended it (if any)."""
+
+    count: Counter[Sibling] = field(default_factory=Counter)
+    # sibling -> (group id, attempt, run id) of the seal that ended its use
+    sealed: dict[Sibling, tuple[str, int, str]] = field(default_factory=dict)
+
+    def finish(self) -> Counter[tuple[str, str]]:
+        """The uses sealed and not yet closed, each as (the run that sealed it, its
+        bucket), as if every sibling's use ended here."""
+        out: Counter[tuple[str, str]] = Counter()
+        for key, (_, _, where) in self.sealed.items():
+            out[where, bucket(self.count[key])] += 1
+        return out
+
+    def unsealed(self) -> int:
+        """Siblings with tries and no seal since: their use is open."""
+        return sum(1 for key, n in self.count.items() if n and key not in self.sealed)
+
+
+def bucket(n: int) -> str:
+    return str(max(n, 1)) if n < 3 else "3+"
+
+
+def tries_pass(run: RunLine, state: TriesState) -> Counter[tuple[str, str]]:
+    """Walk ``run``'s starts and seals in seq order from ``state``; the uses a new
+    one closed, each as (the run that sealed it, its bucket)."""
+    events: list[tuple[int, int, Attempt]] = []
+    for a in run.attempts:
+        if a.started:
+            events.append((a.start_seq, 0, a))
+        if a.outcome == "sealed":
+            events.append((a.end_seq, 1, a))
+    events.sort(key=lambda e: (e[0], e[1]))
+    closed: Counter[tuple[str, str]] = Counter()
+    count, sealed = state.count, state.sealed
+    for _, kind, a in events:
+        key = (a.prompt_id, a.generation_index)
+        held = sealed.get(key)
+        if kind == 0:
+            if held is not None:
+                group, attempt, where = held
+                same_use = a.group_id == group and (a.attempt > attempt or where != run.run_id)
+                del sealed[key]
+                if not same_use:
+                    closed[where, bucket(count[key])] += 1
+                    count[key] = 0
+            # A resume goes on with a try counted where it began (if that is
+            # in the set: else it is the first try seen).
+            if a.resumed_turn is None or not count[key]:
+                count[key] += 1
+        else:
+            if count[key] == 0:
+                count[key] = 1  # its start is before the trace set: one try at least
+            sealed[key] = (a.group_id, a.attempt, run.run_id)
+    return closed
