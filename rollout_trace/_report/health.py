@@ -28,9 +28,9 @@ from collections.abc import Iterable
 
 import msgspec
 
+from .._timeline.lineage import Lineage, TrainedStep, TriesState, quantile, tries_pass
 from .._timeline.marks import STEP, WEIGHTS
 from .._timeline.model import OUTCOMES, RunLine, Timeline
-from .lineage import Lineage, TrainedStep, TriesState, tries_pass
 
 __all__ = [
     "DEFAULT_STALL_AFTER",
@@ -138,15 +138,13 @@ def spread(values: Iterable[float]) -> Spread:
     n = len(ordered)
     if not n:
         return Spread(count=0, p50=None, p90=None, p99=None, max=None)
-
-    def at(p: float) -> float:
-        # Linear between the closest ranks (numpy's default).
-        pos = (n - 1) * p
-        lo = math.floor(pos)
-        hi = min(lo + 1, n - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-    return Spread(count=n, p50=at(0.5), p90=at(0.9), p99=at(0.99), max=ordered[-1])
+    return Spread(
+        count=n,
+        p50=quantile(ordered, 0.5),
+        p90=quantile(ordered, 0.9),
+        p99=quantile(ordered, 0.99),
+        max=ordered[-1],
+    )
 
 
 def report_of(

@@ -17,8 +17,8 @@ from typing import IO, Any
 import msgspec
 
 from .._errors import RolloutTraceError
+from .._timeline.lineage import Lineage
 from .._timeline.model import Timeline
-from .lineage import Lineage
 
 __all__ = ["AttemptRow", "COLUMNS", "rows_of", "write_csv", "write_parquet"]
 

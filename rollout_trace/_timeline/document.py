@@ -1,26 +1,39 @@
-"""A trace set as a Chrome trace-event document, which Perfetto and chrome://tracing open.
+"""A trace set as a Chrome trace-event document, laid out for Perfetto's JSON importer.
 
-Layout: one process per run (``pid`` is the run's place in the trace set, not
-its OS pid, which another host may share), named by host, OS pid and run id.
-Within it, a ``controller`` track holds steps, weight syncs, checkpoints,
-snapshots, restores and the stop; a ``groups`` track the group events; an
-``other events`` track any event this schema does not know. Attempts go on
-``lane N`` tracks: each attempt takes the lowest lane free when it starts
-(see ``pack_lanes``), so a run needs as many lanes as it ever had attempts
-running at once. One track per sibling would give tens of thousands of mostly
-empty tracks on a long run; packed lanes stay as many as the rollout slots.
+Layout: one process per run (``pid`` is the run's place in the trace set, from
+1, not its OS pid, which another host may share), named by host, OS pid and
+run id. Its threads (tids from 1: the importer reads tid 0 as "the pid") are
+``controller`` (steps, weight syncs, checkpoints, snapshots, restores,
+downtime), ``groups``, ``other events`` (kinds this schema does not know),
+``trained`` (where the flows of trained tries end, see ``links``) and
+``attempts``.
 
-An attempt is a complete event (``X``) named by its outcome, so that viewers
-that colour by name (Perfetto) and viewers that honour ``cname``
-(chrome://tracing) both colour it by outcome; its ids are in ``args``.
-Timestamps are microseconds from the earliest time in the trace set.
+An attempt is an async slice: a ``b`` and an ``e`` event with the category
+``attempt`` and an id unique in the document, so that tries running at once
+are drawn apart however they overlap. The id is process-scoped
+(``id2.local``): Perfetto puts async slices with a plain ``id`` on global
+tracks, away from their run, and those with a local id under their process,
+on tracks of their name, as many as are open at once. The name is the outcome and ``cname`` its
+reserved colour, so viewers that colour by name (Perfetto) and those that
+honour ``cname`` (chrome://tracing) both colour by outcome; the ids are in
+``args``. Flows go from a try that did not seal to the sibling's next try,
+and from a sealed try to the step that trained it (``links``).
+
+Each run has counters (``C``, numeric args only): the tries in flight, at
+every start and end, and the policy lag of each step (``policy lag (max)``,
+``policy lag (p50)``). A stop is a global instant (``s: g``).
+
+Timestamps are microseconds since the Unix epoch (the clock of ``time.time()``
+and of ``ray timeline``), so another trace-event document can be merged in
+on the same axis (``merge``). A float holds such a time (about 1.8e15 µs) to
+a quarter of a microsecond.
 """
 
 from __future__ import annotations
 
 import itertools
-import sys
-from collections.abc import Callable, Iterable, Iterator
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import msgspec
@@ -30,9 +43,19 @@ from .._analysis.figures import StopCost
 from .._schema.decoding import AnyEvent
 from .._version import __version__
 from .fold import build_timeline
+from .links import FLOW_IN, FLOW_OUT, RunLinks, in_flight, plan_links
+from .merge import Foreign
 from .model import OUTCOME_LABELS, Attempt, Mark, RunLine, Timeline, stop_figures
 
-__all__ = ["CNAME", "document_of", "timeline_document", "write_document"]
+__all__ = [
+    "CNAME",
+    "MAX_US",
+    "document_of",
+    "timeline_document",
+    "trace_events",
+    "us",
+    "write_document",
+]
 
 # Outcome -> the trace viewer's reserved colour name (catapult color_scheme).
 CNAME = {
@@ -56,16 +79,15 @@ _MARK_CNAME = {
     "other": "generic_work",
 }
 
-# Track ids within a run's process; lanes follow.
-_CONTROLLER, _GROUPS, _OTHER, _FIRST_LANE = 0, 1, 2, 10
+# Track ids within a run's process.
+_CONTROLLER, _GROUPS, _OTHER, _TRAINED, _ATTEMPTS = 1, 2, 3, 4, 5
 _TRACK_OF = {"group": _GROUPS, "other": _OTHER}
-# Timestamps stay finite: times at the ends of the float range are further
-# apart than a float can say in microseconds, and JSON has no infinity.
-_MAX_US = sys.float_info.max
+# The latest time written, in µs (the year 2255): past it a float no longer
+# holds whole microseconds, and the importer's int64 nanoseconds soon overflow.
+# Times before the epoch are written as 0. JSON has no infinity or NaN.
+MAX_US = float(2**53)
 # Trace events encoded per call when writing.
 _CHUNK = 4096
-
-Us = Callable[[float], float]
 
 
 def timeline_document(events: Iterable[AnyEvent]) -> dict[str, Any]:
@@ -77,12 +99,12 @@ def timeline_document(events: Iterable[AnyEvent]) -> dict[str, Any]:
     return document_of(build_timeline(events))
 
 
-def document_of(tl: Timeline) -> dict[str, Any]:
-    """The trace-event document of an already built ``Timeline``."""
-    return {"traceEvents": list(trace_events(tl)), **_tail(tl)}
+def document_of(tl: Timeline, merge: Sequence[Foreign] = ()) -> dict[str, Any]:
+    """The trace-event document of an already built ``Timeline``, with ``merge``'s events."""
+    return {"traceEvents": list(trace_events(tl, merge)), **_tail(tl, merge)}
 
 
-def write_document(tl: Timeline, out: BinaryIO) -> int:
+def write_document(tl: Timeline, out: BinaryIO, merge: Sequence[Foreign] = ()) -> int:
     """Write the document as JSON to ``out``, a chunk of events at a time; the bytes written.
 
     The same JSON as ``document_of`` gives, without holding every trace
@@ -90,12 +112,12 @@ def write_document(tl: Timeline, out: BinaryIO) -> int:
     """
     written = out.write(b'{"traceEvents":[')
     first = True
-    events = trace_events(tl)
+    events = trace_events(tl, merge)
     while chunk := list(itertools.islice(events, _CHUNK)):
         data = _dumps(chunk)[1:-1]
         written += out.write(data if first else b"," + data)
         first = False
-    written += out.write(b"]," + _dumps(_tail(tl))[1:])
+    written += out.write(b"]," + _dumps(_tail(tl, merge))[1:])
     return written
 
 
@@ -109,38 +131,40 @@ def _dumps(obj: Any) -> bytes:
         return msgspec.json.encode(obj)
 
 
-def _tail(tl: Timeline) -> dict[str, Any]:
-    return {
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "producer": f"rollout_trace {__version__}",
-            "time_origin_unix_s": tl.t0,
-            "runs": len(tl.runs),
-            "attempts": tl.attempt_count,
-            # What the restore-cost analysis noted, as `rollout-trace cost --json` lists it.
-            "notes": [msgspec.to_builtins(n) for n in tl.notes],
-        },
+def _tail(tl: Timeline, merge: Sequence[Foreign]) -> dict[str, Any]:
+    other: dict[str, Any] = {
+        "producer": f"rollout_trace {__version__}",
+        "clock": "ts in microseconds since the Unix epoch",
+        "time_origin_unix_s": tl.t0,
+        "runs": len(tl.runs),
+        "attempts": tl.attempt_count,
     }
+    if merge:
+        other["merged"] = [f.summary() for f in merge]
+    # What the restore-cost analysis noted, as `rollout-trace cost --json` lists it.
+    other["notes"] = [msgspec.to_builtins(n) for n in tl.notes]
+    return {"displayTimeUnit": "ms", "otherData": other}
 
 
-def trace_events(tl: Timeline) -> Iterator[dict[str, Any]]:
-    """Every trace event of the document, run by run, then the stops."""
-    t0 = tl.t0
+def us(t: float) -> float:
+    """A time in seconds since the epoch as the ``ts`` written: µs, in ``[0, MAX_US]``."""
+    v = t * 1e6
+    if not 0.0 <= v <= MAX_US:
+        return MAX_US if v > MAX_US else 0.0  # NaN too, from an event built in Python
+    return round(v, 3)
 
-    def us(t: float) -> float:
-        # Microseconds, rounded to the nanosecond the wire format can carry.
-        v = (t - t0) * 1e6
-        if not v <= _MAX_US:
-            return _MAX_US if v > 0 else 0.0  # infinity, or NaN from an event built in Python
-        return round(v, 3)
 
-    for run in tl.runs:
+def trace_events(tl: Timeline, merge: Sequence[Foreign] = ()) -> Iterator[dict[str, Any]]:
+    """Every trace event of the document: run by run, then the stops, then ``merge``'s."""
+    plans = plan_links(tl, us)
+    slice_ids = itertools.count(1)
+    for run, links in zip(tl.runs, plans, strict=True):
         pid = run.index + 1
-        yield from _metadata(run, pid)
-        for a in run.attempts:
-            yield _attempt(a, pid, us, tl)
+        yield from _metadata(run, pid, bool(links.trained))
+        for i, a in enumerate(run.attempts):
+            yield from _attempt(a, next(slice_ids), pid, tl, links.flows[i], links.flags[i])
         for m in run.marks:
-            yield from _mark(m, pid, us)
+            yield from _mark(m, pid)
         for r in run.restores:
             start = us(r.started)
             end = start if r.finished is None else us(r.finished)
@@ -150,16 +174,22 @@ def trace_events(tl: Timeline) -> Iterator[dict[str, Any]]:
             yield _complete(
                 "restore", "restore", start, end, pid, _CONTROLLER, args, "rail_animation"
             )
+        yield from _trained(run, links, pid)
+        yield from _counters(run, links, pid)
     by_id = {r.run_id: r for r in tl.runs}
     for i, stop in enumerate(tl.stops, 1):
-        yield from _stop(i, stop, by_id, us)
+        yield from _stop(i, stop, by_id)
+    first_pid = len(tl.runs) + 1
+    for foreign in merge:
+        first_pid = foreign.renumber(first_pid)
+        yield from foreign.trace_events()
 
 
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": args}
 
 
-def _metadata(run: RunLine, pid: int) -> list[dict[str, Any]]:
+def _metadata(run: RunLine, pid: int, trained: bool) -> list[dict[str, Any]]:
     state = "closed cleanly" if run.closed else "no trace_closed"
     out = [
         _meta("process_name", pid, 0, {"name": f"{run.label} ({state})"}),
@@ -175,7 +205,10 @@ def _metadata(run: RunLine, pid: int) -> list[dict[str, Any]]:
         if run.others_cut:
             name = "other events (the first of them only; rollout-trace summary counts all)"
         tracks.append((_OTHER, name))
-    tracks += [(_FIRST_LANE + lane, f"lane {lane}") for lane in range(run.lanes)]
+    if trained:
+        tracks.append((_TRAINED, "trained (a trained try's flow ends here)"))
+    if run.attempts:
+        tracks.append((_ATTEMPTS, "attempts"))
     for tid, name in tracks:
         out.append(_meta("thread_name", pid, tid, {"name": name}))
         out.append(_meta("thread_sort_index", pid, tid, {"sort_index": tid}))
@@ -206,11 +239,18 @@ def _complete(
 
 
 def _instant(
-    name: str, cat: str, ts: float, pid: int, tid: int, args: dict[str, Any], cname: str
+    name: str,
+    cat: str,
+    ts: float,
+    pid: int,
+    tid: int,
+    args: dict[str, Any],
+    cname: str,
+    scope: str = "t",
 ) -> dict[str, Any]:
     return {
         "ph": "i",
-        "s": "t",
+        "s": scope,
         "name": name,
         "cat": cat,
         "ts": ts,
@@ -221,7 +261,9 @@ def _instant(
     }
 
 
-def _attempt(a: Attempt, pid: int, us: Us, tl: Timeline) -> dict[str, Any]:
+def _attempt(
+    a: Attempt, slice_id: int, pid: int, tl: Timeline, flow: int, flags: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     args: dict[str, Any] = {
         "outcome": a.outcome,
         "group_id": a.group_id,
@@ -239,16 +281,38 @@ def _attempt(a: Attempt, pid: int, us: Us, tl: Timeline) -> dict[str, Any]:
         args["started"] = "in an earlier run (no dispatch or resume in this one)"
     if a.fate is not None:
         args.update(_fate_args(a, tl))
-    return _complete(
-        OUTCOME_LABELS[a.outcome],
-        "attempt",
-        us(a.start),
-        us(a.end),
-        pid,
-        _FIRST_LANE + a.lane,
-        args,
-        CNAME[a.outcome],
-    )
+    name = OUTCOME_LABELS[a.outcome]
+    start = us(a.start)
+    # The end is never before the start, as the importer needs.
+    end = max(start, us(a.end))
+    scope = {"local": slice_id}
+    begin: dict[str, Any] = {
+        "ph": "b",
+        "name": name,
+        "cat": "attempt",
+        "id2": scope,
+        "ts": start,
+        "pid": pid,
+        "tid": _ATTEMPTS,
+        "cname": CNAME[a.outcome],
+        "args": args,
+    }
+    if flags:
+        begin["bind_id"] = flow
+        if flags & FLOW_IN:
+            begin["flow_in"] = True
+        if flags & FLOW_OUT:
+            begin["flow_out"] = True
+    finish = {
+        "ph": "e",
+        "name": name,
+        "cat": "attempt",
+        "id2": scope,
+        "ts": end,
+        "pid": pid,
+        "tid": _ATTEMPTS,
+    }
+    return begin, finish
 
 
 def _fate_args(a: Attempt, tl: Timeline) -> dict[str, str]:
@@ -266,7 +330,7 @@ def _fate_args(a: Attempt, tl: Timeline) -> dict[str, str]:
     }
 
 
-def _mark(m: Mark, pid: int, us: Us) -> list[dict[str, Any]]:
+def _mark(m: Mark, pid: int) -> list[dict[str, Any]]:
     tid = _TRACK_OF.get(m.kind, _CONTROLLER)
     cname = _MARK_CNAME[m.kind]
     args = m.args
@@ -279,7 +343,43 @@ def _mark(m: Mark, pid: int, us: Us) -> list[dict[str, Any]]:
     return out
 
 
-def _stop(i: int, stop: StopCost, by_id: dict[str, RunLine], us: Us) -> list[dict[str, Any]]:
+def _trained(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]]:
+    """The slices where trained tries' flows end: one per try, at its step's time."""
+    for t in links.trained:
+        a = t.attempt
+        ts = us(t.time)
+        args = {
+            "step": t.step,
+            "group_id": a.group_id,
+            "prompt_id": a.prompt_id,
+            "generation_index": a.generation_index,
+            "attempt": a.attempt,
+        }
+        event = _complete(f"step {t.step}", "trained", ts, ts, pid, _TRAINED, args, "black")
+        event["bind_id"] = t.flow
+        event["flow_in"] = True
+        yield event
+
+
+def _counter(name: str, ts: float, pid: int, args: dict[str, float]) -> dict[str, Any]:
+    return {"ph": "C", "name": name, "ts": ts, "pid": pid, "tid": _CONTROLLER, "args": args}
+
+
+def _counters(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]]:
+    if run.attempts:
+        # Two arrays of doubles, not a list of event pairs: a run can hold millions of tries.
+        starts = array("d", sorted(us(a.start) for a in run.attempts))
+        ends = array("d", sorted(max(us(a.start), us(a.end)) for a in run.attempts))
+        for ts, running in in_flight(starts, ends):
+            # Perfetto names the track "in flight attempts": the name, then the arg.
+            yield _counter("in flight", ts, pid, {"attempts": running})
+    for lag in links.lags:
+        ts = us(lag.time)
+        yield _counter("policy lag (max)", ts, pid, {"versions": lag.max})
+        yield _counter("policy lag (p50)", ts, pid, {"versions": lag.p50})
+
+
+def _stop(i: int, stop: StopCost, by_id: dict[str, RunLine]) -> list[dict[str, Any]]:
     a_run = by_id.get(stop.stopped_run) if stop.stopped_run is not None else None
     b_run = by_id.get(stop.restored_run) if stop.restored_run is not None else None
     figures, reasons = stop_figures(stop)
@@ -290,10 +390,18 @@ def _stop(i: int, stop: StopCost, by_id: dict[str, RunLine], us: Us) -> list[dic
     args["restore_path"] = stop.restore_path
     stop_time, downtime = figures["stop_time"], figures["downtime_s"]
     out = []
+    # A global instant: a line across every process, Ray's merged ones too.
     if a_run is not None and stop_time is not None:
         out.append(
             _instant(
-                f"stop {i}", "stop", us(stop_time), a_run.index + 1, _CONTROLLER, args, "terrible"
+                f"stop {i}",
+                "stop",
+                us(stop_time),
+                a_run.index + 1,
+                _CONTROLLER,
+                args,
+                "terrible",
+                "g",
             )
         )
     elif b_run is not None:
@@ -301,7 +409,9 @@ def _stop(i: int, stop: StopCost, by_id: dict[str, RunLine], us: Us) -> list[dic
         # restore begins, so that they are still in the document.
         at = b_run.restores[0].started if b_run.restores else b_run.first_time
         out.append(
-            _instant(f"stop {i}", "stop", us(at), b_run.index + 1, _CONTROLLER, args, "terrible")
+            _instant(
+                f"stop {i}", "stop", us(at), b_run.index + 1, _CONTROLLER, args, "terrible", "g"
+            )
         )
     if a_run is not None and b_run is not None and stop_time is not None and downtime is not None:
         out.append(

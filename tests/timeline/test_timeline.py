@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 import timeline_data as td
+from perfetto_rules import check_trace_events
 from scenario import disp, make_run, seal, write
 
 import rollout_trace as rt
@@ -17,74 +18,6 @@ from rollout_trace._cli.main import main
 from rollout_trace._timeline.model import Attempt, pack_lanes
 
 EXAMPLE = Path(__file__).parents[1] / "data" / "example"
-
-# The trace viewer's reserved colour names (catapult's color_scheme).
-RESERVED_CNAMES = frozenset(
-    [
-        "thread_state_uninterruptible",
-        "thread_state_iowait",
-        "thread_state_running",
-        "thread_state_runnable",
-        "thread_state_sleeping",
-        "thread_state_unknown",
-        "background_memory_dump",
-        "light_memory_dump",
-        "detailed_memory_dump",
-        "vsync_highlight_color",
-        "generic_work",
-        "good",
-        "bad",
-        "terrible",
-        "black",
-        "grey",
-        "white",
-        "yellow",
-        "olive",
-        "rail_response",
-        "rail_animation",
-        "rail_idle",
-        "rail_load",
-        "startup",
-        "heap_dump_stack_frame",
-        "heap_dump_object_type",
-        "heap_dump_child_node_arrow",
-        "cq_build_running",
-        "cq_build_passed",
-        "cq_build_failed",
-        "cq_build_abandoned",
-        "cq_build_attempt_runnig",
-        "cq_build_attempt_passed",
-        "cq_build_attempt_failed",
-    ]
-)
-
-
-def check_trace_events(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Assert the rules of the trace-event format that the timeline relies on."""
-    assert isinstance(doc["traceEvents"], list)
-    json.dumps(doc, allow_nan=False)  # plain JSON: no NaN or infinity
-    for ev in doc["traceEvents"]:
-        for key in ("ph", "ts", "pid", "tid", "name"):
-            assert key in ev, (key, ev)
-        assert isinstance(ev["pid"], int) and isinstance(ev["tid"], int), ev
-        assert isinstance(ev["ts"], (int, float)) and ev["ts"] >= 0, ev
-        assert ev["ph"] in ("X", "i", "M"), ev
-        if ev["ph"] == "X":
-            assert isinstance(ev["dur"], (int, float)) and ev["dur"] >= 0, ev
-        if ev["ph"] == "i":
-            assert ev["s"] in ("g", "p", "t"), ev
-        if ev["ph"] == "M":
-            assert ev["name"] in (
-                "process_name",
-                "process_sort_index",
-                "process_labels",
-                "thread_name",
-                "thread_sort_index",
-            ), ev
-        if "cname" in ev:
-            assert ev["cname"] in RESERVED_CNAMES, ev
-    events: list[dict[str, Any]] = doc["traceEvents"]
-    return events
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +27,8 @@ def doc() -> dict[str, Any]:
 
 def test_document_follows_the_trace_event_rules(doc: dict[str, Any]) -> None:
     events = check_trace_events(doc)
-    # Relative to the earliest event: run A's trace_opened is at 0.
-    assert min(e["ts"] for e in events if e["ph"] != "M") == 0
+    # Microseconds since the epoch: the earliest event is run A's trace_opened, at T0.
+    assert min(e["ts"] for e in events if e["ph"] != "M") == td.T0 * 1e6
 
 
 def test_every_event_type_of_the_fixture_is_drawn(doc: dict[str, Any]) -> None:
@@ -126,51 +59,55 @@ def test_every_event_type_of_the_fixture_is_drawn(doc: dict[str, Any]) -> None:
     assert "gpu_memory_sampled" in drawn  # an event with no class is kept too
 
 
-def _attempts(doc: dict[str, Any]) -> dict[tuple[int, object, int], dict[str, Any]]:
+def _begins(doc: dict[str, Any]) -> dict[tuple[int, object, int], dict[str, Any]]:
     return {
         (e["pid"], e["args"]["prompt_id"], e["args"]["generation_index"]): e
         for e in doc["traceEvents"]
-        if e.get("cat") == "attempt"
+        if e["ph"] == "b"
     }
 
 
 @pytest.mark.parametrize(
-    ("pid", "prompt", "gen", "name", "cname", "ts_s", "dur_s", "extra"),
+    ("pid", "prompt", "gen", "name", "cname", "start_s", "end_s", "extra"),
     [
         # sealed: dispatched at +1.5 s, sealed at +4 s
-        (1, 1, 0, "sealed", "good", 1.5, 2.5, {}),
+        (1, 1, 0, "sealed", "good", 1.5, 4.0, {}),
         # abandoned reasons are outcomes of their own
-        (1, 1, 1, "failed", "terrible", 1.5, 3.5, {"reason": "failed"}),
-        (1, 1, 2, "dropped", "generic_work", 1.5, 4.0, {"reason": "dropped"}),
-        (1, 1, 3, "cancelled", "yellow", 1.5, 4.5, {"reason": "cancelled"}),
-        (1, 1, 4, "refused", "olive", 1.5, 5.0, {"reason": "stale"}),
-        (1, 1, 5, "whole group", "detailed_memory_dump", 1.5, 5.5, {"reason": "whole_group"}),
+        (1, 1, 1, "failed", "terrible", 1.5, 5.0, {"reason": "failed"}),
+        (1, 1, 2, "dropped", "generic_work", 1.5, 5.5, {"reason": "dropped"}),
+        (1, 1, 3, "cancelled", "yellow", 1.5, 6.0, {"reason": "cancelled"}),
+        (1, 1, 4, "refused", "olive", 1.5, 6.5, {"reason": "stale"}),
+        (1, 1, 5, "whole group", "detailed_memory_dump", 1.5, 7.0, {"reason": "whole_group"}),
         # no end in A (open at its last event, +20 s): B resumed (2, 0) and restarted (2, 1)
-        (1, 2, 0, "unended", "thread_state_runnable", 10.0, 10.0, {"after_stop": "resumed by"}),
-        (1, 2, 1, "unended", "thread_state_runnable", 11.0, 9.0, {"after_stop": "restarted by"}),
+        (1, 2, 0, "unended", "thread_state_runnable", 10.0, 20.0, {"after_stop": "resumed by"}),
+        (1, 2, 1, "unended", "thread_state_runnable", 11.0, 20.0, {"after_stop": "restarted by"}),
         # B: the resume starts the attempt at +35 s; it seals at +38 s
-        (2, 2, 0, "sealed", "good", 35.0, 3.0, {"resumed_from_turn": 1}),
+        (2, 2, 0, "sealed", "good", 35.0, 38.0, {"resumed_from_turn": 1}),
         # B abandons for restart a try A started: no length, and says so
-        (2, 2, 1, "abandoned: restart", "thread_state_iowait", 35.0, 0.0, {"started": "earlier"}),
+        (2, 2, 1, "abandoned: restart", "thread_state_iowait", 35.0, 35.0, {"started": "earlier"}),
     ],
 )
-def test_attempt_is_a_complete_event_by_outcome(
+def test_attempt_is_an_async_slice_by_outcome(
     doc: dict[str, Any],
     pid: int,
     prompt: int,
     gen: int,
     name: str,
     cname: str,
-    ts_s: float,
-    dur_s: float,
+    start_s: float,
+    end_s: float,
     extra: dict[str, Any],
 ) -> None:
-    ev = _attempts(doc)[(pid, prompt, gen)]
-    assert (ev["ph"], ev["name"], ev["cname"]) == ("X", name, cname)
-    assert ev["ts"] == pytest.approx(ts_s * 1e6) and ev["dur"] == pytest.approx(dur_s * 1e6)
-    assert ev["args"]["group_id"] == "grp-1" and ev["args"]["attempt"] == 0
+    begin = _begins(doc)[(pid, prompt, gen)]
+    [end] = [e for e in doc["traceEvents"] if e["ph"] == "e" and e["id2"] == begin["id2"]]
+    assert (begin["name"], begin["cname"], begin["cat"]) == (name, cname, "attempt")
+    assert (end["name"], end["cat"], end["pid"]) == (name, "attempt", pid)
+    assert begin["ts"] == (td.T0 + start_s) * 1e6 and end["ts"] == (td.T0 + end_s) * 1e6
+    # A process-scoped id: Perfetto draws the slice under its run, not on a global track.
+    assert set(begin["id2"]) == {"local"} and "id" not in begin
+    assert begin["args"]["group_id"] == "grp-1" and begin["args"]["attempt"] == 0
     for key, value in extra.items():
-        assert key in ev["args"] and str(value) in str(ev["args"][key]), (key, ev["args"])
+        assert key in begin["args"] and str(value) in str(begin["args"][key]), (key, begin)
 
 
 def test_one_process_per_run_named_by_host_pid_and_run(doc: dict[str, Any]) -> None:
@@ -191,18 +128,24 @@ def test_one_process_per_run_named_by_host_pid_and_run(doc: dict[str, Any]) -> N
 def test_marks_restore_and_stop(doc: dict[str, Any]) -> None:
     by_name = {e["name"]: e for e in doc["traceEvents"] if e["ph"] != "M"}
     snap, captured = by_name["snapshot step 1"], by_name["snapshot step 1 captured"]
-    assert snap["ts"] == 12e6 and captured["ts"] == 9.5e6
+    assert snap["ts"] == (td.T0 + 12) * 1e6 and captured["ts"] == (td.T0 + 9.5) * 1e6
     assert snap["args"]["captured_at"] == td.T0 + 9.5 and snap["args"]["path"] == "/ckpt/s1"
     assert by_name["checkpoint step 1"]["args"] == {"step": 1, "path": "/ckpt/t1"}
     restore = by_name["restore"]
-    assert (restore["ph"], restore["pid"], restore["ts"], restore["dur"]) == ("X", 2, 32e6, 3e6)
+    assert (restore["ph"], restore["pid"], restore["ts"], restore["dur"]) == (
+        "X",
+        2,
+        (td.T0 + 32) * 1e6,
+        3e6,
+    )
     stop = by_name["stop 1"]
-    assert (stop["ph"], stop["pid"], stop["ts"]) == ("i", 1, 20e6)
+    # A global instant: drawn across every process, merged ones too.
+    assert (stop["ph"], stop["s"], stop["pid"], stop["ts"]) == ("i", "g", 1, (td.T0 + 20) * 1e6)
     cost = rt.restore_costs(td.every_kind())[0]
     for figure, value in cost.to_dict().items():
         assert stop["args"][figure] == value, figure
     down = by_name["downtime (stop 1)"]
-    assert (down["pid"], down["ts"], down["dur"]) == (2, 20e6, 12e6)
+    assert (down["pid"], down["ts"], down["dur"]) == (2, (td.T0 + 20) * 1e6, 12e6)
 
 
 @pytest.mark.parametrize(
@@ -230,7 +173,7 @@ def test_lanes_are_as_many_as_attempts_at_once(spans: list[tuple[int, int]], lan
 def test_example_trace_set(tmp_path: Path) -> None:
     doc = rt.timeline_document(rt.read(EXAMPLE))
     events = check_trace_events(doc)
-    attempts = [e for e in events if e.get("cat") == "attempt"]
+    attempts = [e for e in events if e["ph"] == "b"]
     dispatched = sum(isinstance(e, rt.AttemptDispatched) for e in rt.read(EXAMPLE))
     assert len(attempts) >= dispatched
     assert {e["name"] for e in attempts} >= {"sealed", "failed", "unended"}
@@ -283,10 +226,7 @@ def test_cli_reports_problems_and_missing_files(
     out = tmp_path / "t.json"
     assert main(["timeline", str(trace), "-o", str(out)]) == 0
     assert "torn last line" in capsys.readouterr().err
-    assert (
-        len([e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "attempt"])
-        == 1
-    )
+    assert len([e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "b"]) == 1
     assert main(["timeline", str(tmp_path / "missing.jsonl"), "-o", str(out)]) == 2
     assert "no such trace file" in capsys.readouterr().err
     assert main(["timeline", str(trace)]) == 2  # -o is required
@@ -306,9 +246,10 @@ def test_100k_attempts_all_in_the_json(big_trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "big.json"
     assert main(["timeline", str(big_trace), "-o", str(out)]) == 0
     doc = json.loads(out.read_bytes())
-    attempts = [e for e in doc["traceEvents"] if e.get("cat") == "attempt"]
-    assert len(attempts) == doc["otherData"]["attempts"] >= 100_000
-    assert all(e["dur"] >= 0 and not math.isnan(e["ts"]) for e in attempts)
+    begins = {e["id2"]["local"]: e for e in doc["traceEvents"] if e["ph"] == "b"}
+    ends = {e["id2"]["local"]: e for e in doc["traceEvents"] if e["ph"] == "e"}
+    assert len(begins) == len(ends) == doc["otherData"]["attempts"] >= 100_000
+    assert all(ends[i]["ts"] >= b["ts"] and not math.isnan(b["ts"]) for i, b in begins.items())
 
 
 @pytest.mark.slow
@@ -336,7 +277,7 @@ def test_a_stop_of_an_unknown_run_keeps_its_figures_in_the_document() -> None:
     assert stop.stopped_run is None
     doc = rt.timeline_document(events)
     [mark] = [e for e in doc["traceEvents"] if e["name"] == "stop 1"]
-    assert (mark["pid"], mark["ts"]) == (1, 1e6)  # run 2's restore, 1 s after its start
+    assert (mark["pid"], mark["ts"]) == (1, 111e6)  # run 2's restore, 1 s after its start
     assert mark["args"]["restore_s"] == 1.5 and "downtime_s" in mark["args"]["reasons"]
     assert "stop 1: run ? → run 1" in rt.timeline_html(events)
 

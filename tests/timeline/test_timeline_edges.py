@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from perfetto_rules import check_trace_events
 from scenario import disp, make_run, restore, restored, resume, seal, snapshot, step, write
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
+from rollout_trace._timeline.document import MAX_US
 
 BIG = sys.float_info.max  # 1.7976931348623157e308
 
@@ -72,10 +74,13 @@ def test_document_is_plain_json_with_finite_times(
     doc = json.loads(out.read_text(), parse_constant=_no_constant)
     drawn = [e for e in doc["traceEvents"] if e["ph"] != "M"]
     assert any(e.get("cat") == "attempt" for e in drawn)
+    # Within what a float holds in whole microseconds, and what the importer's
+    # int64 nanoseconds hold; every try's end not before its start.
+    check_trace_events(doc)
     for e in drawn:
-        assert isinstance(e["ts"], float | int) and 0 <= e["ts"] <= BIG, e
+        assert isinstance(e["ts"], float | int) and 0 <= e["ts"] <= MAX_US < BIG, e
         if e["ph"] == "X":
-            assert isinstance(e["dur"], float | int) and 0 <= e["dur"] <= BIG, e
+            assert isinstance(e["dur"], float | int) and 0 <= e["dur"] <= MAX_US, e
     assert "Traceback" not in capsys.readouterr().err
 
 

@@ -293,7 +293,7 @@ def test_of_lines_that_share_a_seq_the_same_one_is_drawn_in_any_order(
 ) -> None:
     one, other = _sharing(first, second), _sharing(second, first)
     doc = rt.timeline_document(one)
-    at_5 = [e for e in doc["traceEvents"] if e.get("ph") == "i" and e["ts"] == 5e6]
+    at_5 = [e for e in doc["traceEvents"] if e.get("ph") == "i" and e["ts"] == 105e6]
     assert len(at_5) == 1
     assert rt.timeline_document(other) == doc
     assert rt.timeline_document(one[::-1]) == doc

@@ -122,7 +122,7 @@ def test_what_the_stop_did_is_marked_on_the_bars(example_page: str, example_stop
 
 def test_the_document_says_the_same_per_attempt(example_stop: Any) -> None:
     doc = rt.timeline_document(rt.read(EXAMPLE))
-    args = [e["args"] for e in doc["traceEvents"] if e.get("cat") == "attempt"]
+    args = [e["args"] for e in doc["traceEvents"] if e["ph"] == "b"]
     assert sum("redone" in a for a in args) == example_stop.redone
     fates = [a["after_stop"].split(" by ")[0] for a in args if "after_stop" in a]
     assert fates.count("resumed") == example_stop.resumed

@@ -7,8 +7,9 @@ runs before it in its restore chain (``chain``: the run, the run it was
 restored from, that run's own, ...).
 
 **Trained tries.** A ``step_trained`` trains, for each group it names (once
-however often it is named), the latest seal of each sibling of that group:
-the one in the latest run of the chain, the highest seq there. An earlier
+however often it is named), the latest seal of each sibling of that group
+before it: in its own run the highest seq below the step's, else the one in
+the latest run of the chain before it. An earlier
 seal of a sibling that was tried again (a whole group restarted, a sibling
 redone after a restore) was thrown away, not trained. A try's version is its
 dispatch's; a resumed try takes it from the chain's dispatch of that try.
@@ -26,13 +27,14 @@ seals (hedged tries) belongs to the sealed use.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .._timeline.marks import STEP, WEIGHTS
-from .._timeline.model import Attempt, RunLine, Timeline
+from .marks import STEP, WEIGHTS
+from .model import Attempt, RunLine, Timeline
 
-__all__ = ["Lineage", "TrainedStep", "TriesState", "tries_pass"]
+__all__ = ["Lineage", "TrainedStep", "TriesState", "quantile", "tries_pass"]
 
 Sibling = tuple["int | str", int]
 
@@ -107,25 +109,43 @@ class Lineage:
     def trained(self, run: RunLine) -> list[TrainedStep]:
         """The run's steps in seq order, each with the tries it trained."""
         chain = self.chain(run)
+        own = sorted((a for a in run.attempts if a.outcome == "sealed"), key=lambda a: a.end_seq)
+        latest: dict[str, dict[Sibling, Attempt]] = {}  # the run's own seals so far
+        k = 0
         m = run.marks
         version: int | None = None
         out = []
         for i, code in enumerate(m.codes):
             if code == WEIGHTS:
-                version = m.a[i]
+                version = m.a[i] if type(m.a[i]) is int else None
             elif code == STEP:
+                seq = m.seqs[i]
+                while k < len(own) and own[k].end_seq < seq:
+                    a = own[k]
+                    latest.setdefault(a.group_id, {})[(a.prompt_id, a.generation_index)] = a
+                    k += 1
+                named = m.b[i] if isinstance(m.b[i], list) else []
                 tries: list[tuple[Attempt, int | None]] = []
                 missing = 0
-                for gid in dict.fromkeys(m.b[i] or ()):
-                    found: dict[Sibling, Attempt] = {}
-                    for r in chain:  # the latest run first: its seals stand
+                for gid in dict.fromkeys(g for g in named if isinstance(g, str)):
+                    found = dict(latest.get(gid, {}))
+                    for r in chain[1:]:  # the latest run first: its seals stand
                         for key, a in self._seals_of(r).get(gid, {}).items():
                             found.setdefault(key, a)
                     if not found:
                         missing += 1
                     tries += [(a, self._version(chain, a)) for a in found.values()]
-                out.append(TrainedStep(m.a[i], m.times[i], m.seqs[i], version, tries, missing))
+                out.append(TrainedStep(m.a[i], m.times[i], seq, version, tries, missing))
         return out
+
+
+def quantile(ordered: list[float], p: float) -> float:
+    """The ``p`` quantile of sorted values, linear between the closest ranks
+    (numpy's default), as every percentile of a report is."""
+    pos = (len(ordered) - 1) * p
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass

@@ -1,0 +1,200 @@
+"""What ties the document's slices together: flows between tries and into steps, and the counters.
+
+Flows follow what Perfetto's JSON importer reads. A flow is bound to a slice
+by ``bind_id`` with ``flow_out`` / ``flow_in`` on the event that begins the
+slice (``b``, ``X``, ``n``; an ``e`` carries none); ``s`` / ``f`` flow events
+bind only slices of thread tracks, never the async slices the tries are. A
+slice has one ``bind_id``: a try that ends one flow and starts the next takes
+both flags (one flow id, stepped on), so a sibling's tries chain on one id.
+A step trains many tries and a slice ends at most one flow, so each trained
+try's flow ends on a slice of its own, named after the step, at the step's
+time on the run's ``trained`` track.
+
+The importer reads events by time, ties in file order, and binds a flow's end
+to the slice that last began or stepped it: a link is drawn only when its
+start is not later than its end and is written before it (the runs are
+written in order, each run's tries in order, and the trained track after
+them). Every link is between slices that are in the document.
+
+- A try that did not seal flows to the sibling's next try (same
+  ``prompt_id`` and ``generation_index``) in its run, or, when it was the
+  sibling's last try there, to the sibling's first try in the run that
+  restored its run.
+- A sealed try flows to the first step that trained it: the tries a step
+  trained are read as ``report`` reads them (``lineage``: the latest seal
+  before it of each sibling of the groups it names, in its run or in the runs
+  it was restored from).
+
+The policy lag of a step is, for each try it trained, the weight version of
+the run's latest ``weights_synced`` before the step (by seq) minus the weight
+version the try was dispatched with (``lineage``); a step with no sync before
+it, or no try with a known version, has none. Its p50 is linear between the
+closest ranks, as every percentile of ``report``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .lineage import Lineage, TrainedStep, quantile
+from .model import Attempt, Timeline
+
+__all__ = [
+    "FIRST_FLOW_ID",
+    "FLOW_IN",
+    "FLOW_OUT",
+    "Lag",
+    "RunLinks",
+    "Trained",
+    "in_flight",
+    "plan_links",
+]
+
+FLOW_IN, FLOW_OUT = 1, 2
+# The importer numbers `s`/`f` flows (a merged Ray timeline may hold some) from
+# 0 in 32 bits, in the id space `bind_id` shares: ours start above it.
+FIRST_FLOW_ID = 1 << 32
+
+Us = Callable[[float], float]
+
+
+@dataclass(slots=True)
+class Trained:
+    """A try a step trained, and the flow that ends at the step (0: none is drawn)."""
+
+    step: Any
+    time: float
+    attempt: Attempt  # in the step's run, or in a run it was restored from
+    flow: int
+
+
+@dataclass(slots=True)
+class Lag:
+    """A step's policy lag over the tries it trained whose weight version is known."""
+
+    time: float
+    step: Any
+    max: float
+    p50: float  # linear between the closest ranks, as ``report``'s
+    tries: int
+
+
+@dataclass
+class RunLinks:
+    """One run's flows (a flow id and flags per attempt; 0: none) and its steps' figures."""
+
+    flows: array[int]
+    flags: bytearray
+    trained: list[Trained] = field(default_factory=list)
+    lags: list[Lag] = field(default_factory=list)
+
+
+class _Open(NamedTuple):
+    """A try that did not seal, waiting for its sibling's next try."""
+
+    links: RunLinks
+    at: int
+    start: float
+
+
+_Sibling = tuple[Any, int]
+
+
+def plan_links(tl: Timeline, us: Us) -> list[RunLinks]:
+    """Every run's flows and policy lags, in run order; ``us`` gives the time written for a time."""
+    by_id = {r.run_id: r for r in tl.runs}
+    restored_by: dict[int, int] = {}
+    for stop in tl.stops:
+        stopped = by_id.get(stop.stopped_run) if stop.stopped_run is not None else None
+        restored = by_id.get(stop.restored_run) if stop.restored_run is not None else None
+        if stopped is not None and restored is not None and restored.index > stopped.index:
+            restored_by.setdefault(stopped.index, restored.index)
+    ids = itertools.count(FIRST_FLOW_ID)
+    lineage = Lineage(tl)
+    # id(attempt) -> its run's links and its index there: a step may train a
+    # try of the run it was restored from.
+    where: dict[int, tuple[RunLinks, int]] = {}
+    out: list[RunLinks] = []
+    # Run index -> the tries handed on to it by the run it restored.
+    handed: dict[int, dict[_Sibling, _Open]] = {}
+    for run in tl.runs:
+        n = len(run.attempts)
+        links = RunLinks(array("Q", bytes(8 * n)), bytearray(n))
+        out.append(links)
+        incoming = handed.pop(run.index, {})
+        waiting: dict[_Sibling, _Open] = {}
+        for i, a in enumerate(run.attempts):
+            where[id(a)] = (links, i)
+            key = (a.prompt_id, a.generation_index)
+            src = waiting.pop(key, None) if waiting else None
+            if src is None and incoming:
+                # Popped at the sibling's first try in this run, whatever it is.
+                src = incoming.pop(key, None)
+            start = us(a.start)
+            if src is not None and src.start <= start:
+                fid = src.links.flows[src.at] or next(ids)
+                src.links.flows[src.at] = fid
+                src.links.flags[src.at] |= FLOW_OUT
+                links.flows[i] = fid
+                links.flags[i] |= FLOW_IN
+            if a.outcome != "sealed":
+                waiting[key] = _Open(links, i, start)
+        if waiting and run.index in restored_by:
+            to = handed.setdefault(restored_by[run.index], {})
+            for key, src in waiting.items():
+                to.setdefault(key, src)
+        _train(lineage.trained(run), links, where, ids, us)
+    return out
+
+
+def _train(
+    steps: list[TrainedStep],
+    links: RunLinks,
+    where: dict[int, tuple[RunLinks, int]],
+    ids: Iterator[int],
+    us: Us,
+) -> None:
+    """Each step's flows from the tries it trained (``lineage``: its groups' latest
+    seals, in its run or the runs it was restored from), and its lag."""
+    for step in steps:
+        at = us(step.time)
+        lags: list[float] = []
+        for a, wv in step.tries:
+            held = where.get(id(a))
+            # A try trained by an earlier step keeps that flow (one bind_id a slice).
+            if held is not None and us(a.start) <= at:
+                their, i = held
+                if not their.flags[i] & FLOW_OUT:
+                    fid = their.flows[i] or next(ids)
+                    their.flows[i] = fid
+                    their.flags[i] |= FLOW_OUT
+                    links.trained.append(Trained(step.step, step.time, a, fid))
+            if step.weight_version is not None and wv is not None:
+                lags.append(float(step.weight_version - wv))
+        if lags:
+            lags.sort()
+            links.lags.append(Lag(step.time, step.step, lags[-1], quantile(lags, 0.5), len(lags)))
+
+
+def in_flight(starts: Sequence[float], ends: Sequence[float]) -> Iterator[tuple[float, int]]:
+    """``(time, tries running just after it)`` at each time a try starts or ends.
+
+    ``starts`` and ``ends`` sorted; a try is running from its start until its
+    end, so one of no length adds nothing, and one that ends where another
+    starts is not counted with it.
+    """
+    i = j = running = 0
+    ns, ne = len(starts), len(ends)
+    while i < ns or j < ne:
+        t = starts[i] if j >= ne or (i < ns and starts[i] <= ends[j]) else ends[j]
+        while i < ns and starts[i] == t:
+            running += 1
+            i += 1
+        while j < ne and ends[j] == t:
+            running -= 1
+            j += 1
+        yield t, running
