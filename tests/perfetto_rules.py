@@ -122,8 +122,22 @@ def check_trace_events(doc: dict[str, Any], *, own_pids: int | None = None) -> l
         if "cname" in ev:
             assert ev["cname"] in RESERVED_CNAMES, ev
     check_async_pairs(events)
+    check_no_nesting_at_one_time(events)
     flows(events)
     return events
+
+
+def check_no_nesting_at_one_time(events: list[dict[str, Any]]) -> None:
+    """No two zero-length ``X`` slices of one thread at one time: the importer
+    nests each under the one before (``SliceTracker``: a zero-length slice
+    stays open while the next begins at its time), drops them past 512 deep,
+    and binds their flows to the slice then on top."""
+    seen: set[tuple[Any, Any, Any]] = set()
+    for ev in events:
+        if ev["ph"] == "X" and ev.get("dur") == 0:
+            at = (ev["pid"], ev["tid"], ev["ts"])
+            assert at not in seen, ("zero-length slices nest at one time", ev)
+            seen.add(at)
 
 
 def check_async_pairs(events: list[dict[str, Any]]) -> None:

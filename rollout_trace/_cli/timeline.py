@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -123,16 +124,28 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _write(tl: Timeline, out: str, merge: list[Foreign]) -> int:
-    """Write the output that ``out``'s suffix names; the bytes written."""
-    if out.lower().endswith(".json"):
-        # Written as it is encoded: every attempt is in it, and a document
-        # of millions of attempts is not held whole.
-        with open(out, "wb") as f:
-            return write_document(tl, f, merge)
-    data = html_of(tl).encode("utf-8")
-    with open(out, "wb") as f:
-        f.write(data)
-    return len(data)
+    """Write the output that ``out``'s suffix names; the bytes written.
+
+    Written beside ``out`` and renamed over it once whole: a failure part way
+    (a full disk, Ctrl-C) leaves an earlier file as it was, not a torn one.
+    """
+    part = f"{out}.part"
+    try:
+        with open(part, "wb") as f:
+            if out.lower().endswith(".json"):
+                # Written as it is encoded: every attempt is in it, and a
+                # document of millions of attempts is not held whole.
+                size = write_document(tl, f, merge)
+            else:
+                data = html_of(tl).encode("utf-8")
+                f.write(data)
+                size = len(data)
+        os.replace(part, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
+    return size
 
 
 COMMAND = Command(

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from .._timeline.lineage import Lineage, TrainedStep, TriesState, quantile, tries_pass
+from .._timeline.lineage import Lineage, TrainedStep, TriesState, lag_of, quantile, tries_pass
 from .._timeline.marks import STEP, WEIGHTS
 from .._timeline.model import OUTCOMES, RunLine, Timeline
 
@@ -167,12 +167,13 @@ def report_of(
     ended: dict[str, TriesState] = {}
     for run in tl.runs:
         before = lineage.before.get(run.run_id)
-        carried = ended.get(before.run_id) if before is not None else None
-        state = TriesState()
-        if carried is not None:  # a restored run goes on with its siblings' uses
-            state = TriesState(Counter(carried.count), dict(carried.sealed))
+        # Only the run restored from it reads a run's state: let go of it then.
+        carried = ended.pop(before.run_id, None) if before is not None else None
+        # A restored run goes on with its siblings' uses.
+        state = carried if carried is not None else TriesState()
         closed += tries_pass(run, state)
-        ended[run.run_id] = state
+        if run.run_id in lineage.after:
+            ended[run.run_id] = state
         unsealed[run.run_id] = state.unsealed()
         if run.run_id not in lineage.after:  # the end of its chain: its open uses end here
             closed += state.finish()
@@ -216,10 +217,11 @@ def _lags(step: TrainedStep) -> tuple[list[float], int]:
     """The lags of the tries a step trained, and how many are unknown."""
     known, unknown = [], 0
     for _, v in step.tries:
-        if v is None or step.weight_version is None:
+        lag = lag_of(step.weight_version, v)
+        if lag is None:
             unknown += 1
         else:
-            known.append(float(step.weight_version - v))
+            known.append(lag)
     return known, unknown
 
 

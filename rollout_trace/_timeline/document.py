@@ -16,8 +16,9 @@ tracks, away from their run, and those with a local id under their process,
 on tracks of their name, as many as are open at once. The name is the outcome and ``cname`` its
 reserved colour, so viewers that colour by name (Perfetto) and those that
 honour ``cname`` (chrome://tracing) both colour by outcome; the ids are in
-``args``. Flows go from a try that did not seal to the sibling's next try,
-and from a sealed try to the step that trained it (``links``).
+``args``. Flows go from a try that did not seal, or whose seal was thrown
+away, to the next try of its sibling's use, and from a sealed try to the
+step that trained it (``links``).
 
 Each run has counters (``C``, numeric args only): the tries in flight, at
 every start and end, and the policy lag of each step (``policy lag (max)``,
@@ -345,9 +346,15 @@ def _mark(m: Mark, pid: int) -> list[dict[str, Any]]:
 
 def _trained(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]]:
     """The slices where trained tries' flows end: one per try, at its step's time."""
+    # The slices of one step follow each other a microsecond apart: at one
+    # time, zero-length slices on a track nest in the importer, one under the
+    # next, and past 512 deep it drops them (and binds their flows elsewhere).
+    nth, last = 0, None
     for t in links.trained:
         a = t.attempt
-        ts = us(t.time)
+        nth = nth + 1 if t.time == last else 0
+        last = t.time
+        ts = us(t.time) + nth
         args = {
             "step": t.step,
             "group_id": a.group_id,
@@ -390,7 +397,8 @@ def _stop(i: int, stop: StopCost, by_id: dict[str, RunLine]) -> list[dict[str, A
     args["restore_path"] = stop.restore_path
     stop_time, downtime = figures["stop_time"], figures["downtime_s"]
     out = []
-    # A global instant: a line across every process, Ray's merged ones too.
+    # A global instant: chrome://tracing draws a line across every process (Ray's
+    # merged ones too); Perfetto puts it on a global track of its own.
     if a_run is not None and stop_time is not None:
         out.append(
             _instant(

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from .marks import STEP, WEIGHTS
 from .model import Attempt, RunLine, Timeline
 
-__all__ = ["Lineage", "TrainedStep", "TriesState", "quantile", "tries_pass"]
+__all__ = ["Lineage", "TrainedStep", "TriesState", "lag_of", "quantile", "tries_pass"]
 
 Sibling = tuple["int | str", int]
 
@@ -137,6 +137,17 @@ class Lineage:
                     tries += [(a, self._version(chain, a)) for a in found.values()]
                 out.append(TrainedStep(m.a[i], m.times[i], seq, version, tries, missing))
         return out
+
+
+def lag_of(synced: int | None, dispatched: int | None) -> float | None:
+    """The policy lag of a try, or None when a version is missing or the two are
+    too far apart for a float (a corrupt 300-digit version is valid JSON)."""
+    if synced is None or dispatched is None:
+        return None
+    try:
+        return float(synced - dispatched)
+    except OverflowError:
+        return None
 
 
 def quantile(ordered: list[float], p: float) -> float:

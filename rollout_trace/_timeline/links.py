@@ -16,10 +16,12 @@ start is not later than its end and is written before it (the runs are
 written in order, each run's tries in order, and the trained track after
 them). Every link is between slices that are in the document.
 
-- A try that did not seal flows to the sibling's next try (same
-  ``prompt_id`` and ``generation_index``) in its run, or, when it was the
-  sibling's last try there, to the sibling's first try in the run that
-  restored its run.
+- A try flows to the sibling's next try (same ``prompt_id`` and
+  ``generation_index``) in its run, or, when it was the sibling's last try
+  there, to the sibling's first try in the run that restored its run, when
+  that next try goes on with the same use of the sibling (``_same_use``, as
+  ``report`` counts tries): after a try that did not seal, or after a seal
+  thrown away; never into a later use (a prompt that comes round again).
 - A sealed try flows to the first step that trained it: the tries a step
   trained are read as ``report`` reads them (``lineage``: the latest seal
   before it of each sibling of the groups it names, in its run or in the runs
@@ -40,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .lineage import Lineage, TrainedStep, quantile
+from .lineage import Lineage, TrainedStep, lag_of, quantile
 from .model import Attempt, Timeline
 
 __all__ = [
@@ -94,11 +96,28 @@ class RunLinks:
 
 
 class _Open(NamedTuple):
-    """A try that did not seal, waiting for its sibling's next try."""
+    """A sibling's latest try, waiting for the next try of the same use."""
 
     links: RunLinks
     at: int
     start: float
+    attempt: Attempt
+    run: int  # its run's index
+
+
+def _same_use(src: _Open, a: Attempt, run: int) -> bool:
+    """Whether ``a`` goes on with the use of its sibling that ``src`` belongs to
+    (``lineage``): the same group, and after a try that did not seal, or after
+    a seal thrown away (``a`` begun after it, with a higher attempt number in
+    its run, or redone in a run restored from it)."""
+    b = src.attempt
+    if a.group_id != b.group_id:
+        return False  # a new use: a prompt that comes round again
+    if b.outcome != "sealed":
+        return True
+    if src.run != run:
+        return True
+    return a.started and a.start_seq > b.end_seq and a.attempt > b.attempt
 
 
 _Sibling = tuple[Any, int]
@@ -135,14 +154,18 @@ def plan_links(tl: Timeline, us: Us) -> list[RunLinks]:
                 # Popped at the sibling's first try in this run, whatever it is.
                 src = incoming.pop(key, None)
             start = us(a.start)
-            if src is not None and src.start <= start:
+            if (
+                src is not None
+                and src.start <= start
+                and not src.links.flags[src.at] & FLOW_OUT
+                and _same_use(src, a, run.index)
+            ):
                 fid = src.links.flows[src.at] or next(ids)
                 src.links.flows[src.at] = fid
                 src.links.flags[src.at] |= FLOW_OUT
                 links.flows[i] = fid
                 links.flags[i] |= FLOW_IN
-            if a.outcome != "sealed":
-                waiting[key] = _Open(links, i, start)
+            waiting[key] = _Open(links, i, start, a, run.index)
         if waiting and run.index in restored_by:
             to = handed.setdefault(restored_by[run.index], {})
             for key, src in waiting.items():
@@ -173,8 +196,9 @@ def _train(
                     their.flows[i] = fid
                     their.flags[i] |= FLOW_OUT
                     links.trained.append(Trained(step.step, step.time, a, fid))
-            if step.weight_version is not None and wv is not None:
-                lags.append(float(step.weight_version - wv))
+            lag = lag_of(step.weight_version, wv)
+            if lag is not None:
+                lags.append(lag)
         if lags:
             lags.sort()
             links.lags.append(Lag(step.time, step.step, lags[-1], quantile(lags, 0.5), len(lags)))

@@ -14,7 +14,10 @@ else its old number.
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +32,8 @@ EXPECTED = (
     "expected a trace-event document, as `ray timeline` writes: a JSON array of "
     'trace events, or an object with a "traceEvents" array'
 )
+# A merged document's flow ids start here (the timeline's own start at 2**32).
+_FOREIGN_FLOWS = 1 << 48
 # Metadata about a process, not a thread: its tid means nothing.
 _PROCESS_META = frozenset({"process_name", "process_labels", "process_sort_index"})
 
@@ -81,10 +86,20 @@ class Foreign:
         return pid, tid
 
     def trace_events(self) -> Iterator[dict[str, Any]]:
-        """Its events with the new ids, then a name for each process or thread that had none."""
+        """Its events with the new ids, then a name for each process or thread that had none.
+
+        Its flows' ``bind_id``s are numbered anew, above the timeline's own and
+        apart from every other merged document's: kept, two documents' flows
+        (or one's and the timeline's) would join up across them.
+        """
+        flows: dict[_Key, int] = {}
+        base = _FOREIGN_FLOWS + (self.first_pid << 32)
         for ev in self.events:
             pid, tid = self._ids(ev)
-            yield {**ev, "pid": pid, "tid": tid}
+            out = {**ev, "pid": pid, "tid": tid}
+            if "bind_id" in ev:
+                out["bind_id"] = flows.setdefault(_key(ev["bind_id"]), base + len(flows))
+            yield out
         for (kind, old), pid in self.pids.items():
             if ("process_name", pid, 0) not in self._named:
                 name = old if kind == "str" else f"pid {old}"
@@ -114,6 +129,11 @@ def load_foreign(path: str) -> Foreign:
             data = f.read()
     except OSError as exc:
         raise MergeError(f"cannot read --merge file {path!r}: {exc.strerror or exc}") from None
+    if data[:2] == b"\x1f\x8b":  # gzip, as trace files may be
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise MergeError(f"--merge file {path!r} is gzip that cannot be read: {exc}") from None
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -136,4 +156,11 @@ def load_foreign(path: str) -> Foreign:
                 f"--merge file {path!r}: event {i} is not a trace event (an object with a "
                 f'"ph"): {str(ev)[:80]}; {EXPECTED}'
             )
-    return Foreign(path, events)
+    # A time that is not a finite number: the importer drops the event anyway,
+    # and JSON has no NaN to write it with.
+    kept = [ev for ev in events if "ts" not in ev or _finite(ev["ts"])]
+    return Foreign(path, kept)
+
+
+def _finite(ts: Any) -> bool:
+    return isinstance(ts, int | float) and not isinstance(ts, bool) and math.isfinite(ts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,44 @@ def test_merge_refuses_an_output_it_cannot_go_to(
     assert main(["timeline", str(trace), "--merge", str(ray), "-o", str(tmp_path / output)]) == 2
     assert said in capsys.readouterr().err
     assert json.loads(ray.read_text()) == RAY_NUMBERED
+
+
+def test_a_merged_document_with_flows_of_its_own_keeps_them_apart(tmp_path: Path) -> None:
+    # Our own timeline merged into another: its bind_ids were the same
+    # numbers as ours, and would have joined flows across the two.
+    code, first = _timeline(tmp_path)
+    assert code == 0
+    ours = json.loads(first.read_text())
+    theirs = tmp_path / "theirs.json"
+    first.rename(theirs)
+    trace = write(tmp_path / "t.jsonl", td.every_kind()[:-1])
+    out = tmp_path / "both.json"
+    assert main(["timeline", str(trace), "--merge", str(theirs), "-o", str(out)]) == 0
+    both = json.loads(out.read_text())
+    mine = len(flows(ours["traceEvents"]))
+    assert mine > 0
+    assert len(flows(check_trace_events(both, own_pids=2))) == 2 * mine
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "gzip",  # as trace files may be
+        "nan",  # a time that is no number: dropped, as the importer drops it
+    ],
+)
+def test_a_merge_file_in_gzip_or_with_bad_times(tmp_path: Path, how: str) -> None:
+    ray = [
+        {"name": "task", "cat": "task", "ph": "X", "pid": "n1", "tid": "w1",
+         "ts": 1_780_000_001e6, "dur": 5.0, "args": {}},
+        {"name": "late", "cat": "task", "ph": "X", "pid": "n1", "tid": "w1",
+         "ts": float("nan"), "dur": 5.0, "args": {}},
+    ]  # fmt: skip
+    data = json.dumps(ray if how == "nan" else ray[:1]).encode()
+    path = tmp_path / "ray.json"
+    path.write_bytes(gzip.compress(data) if how == "gzip" else data)
+    trace = write(tmp_path / "t.jsonl", td.every_kind()[:-1])
+    out = tmp_path / "out.json"
+    assert main(["timeline", str(trace), "--merge", str(path), "-o", str(out)]) == 0
+    events = check_trace_events(json.loads(out.read_text()), own_pids=2)
+    assert [e["name"] for e in events if e.get("cat") == "task"] == ["task"]

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import timeline_data as td
 from perfetto_rules import check_trace_events, flows
-from scenario import abandon, disp, make_run, refuse, restore, restored, resume, seal, snapshot
+from scenario import (
+    abandon,
+    disp,
+    make_run,
+    refuse,
+    restore,
+    restored,
+    resume,
+    seal,
+    snapshot,
+    write,
+)
+from traced import Run, d, sealed, synced, trained, write_runs
 
 import rollout_trace as rt
+from rollout_trace._cli import timeline as timeline_cli
+from rollout_trace._cli.main import main
 from rollout_trace._timeline.document import MAX_US
 
 EXAMPLE = Path(__file__).parents[1] / "data" / "example"
@@ -163,6 +178,46 @@ FLOW_CASES: dict[str, tuple[list[Any], set[tuple[Slice, Slice]]]] = {
             2, 110.0, [(111.0, restore("/s", 0)), (112.0, restored(0)), (113.0, _step(1, "grp-1"))]
         ),
         {(("try", 1, 1, 0, 0), ("step", 2, 1))},
+    ),
+    # a hedge begun before the seal is no retry of the sealed try, and the
+    # cancelled hedge does not flow into a later use of its sibling (the
+    # prompt come round again in another group): no flow at all
+    "hedge-then-a-new-use": (
+        make_run(
+            1,
+            100.0,
+            [
+                (101.0, disp(1, 0)),
+                (101.5, disp(1, 0, 1)),
+                (102.0, seal(1, 0)),
+                (103.0, abandon(1, 0, 1, "cancelled")),
+                (
+                    500.0,
+                    rt.AttemptDispatched(
+                        group_id="epoch2",
+                        prompt_id=1,
+                        generation_index=0,
+                        attempt=0,
+                        weight_version=1,
+                    ),
+                ),
+            ],
+        ),
+        set(),
+    ),
+    # a seal thrown away (its whole group tried again) flows to the retry
+    "seal-thrown-away": (
+        make_run(
+            1,
+            100.0,
+            [
+                (101.0, disp(1, 0)),
+                (102.0, seal(1, 0)),
+                (103.0, disp(1, 0, 1)),
+                (104.0, seal(1, 0, 1)),
+            ],
+        ),
+        {(("try", 1, 1, 0, 0), ("try", 1, 1, 0, 1))},
     ),
     # a sealed try flows to the step that names its group
     "sealed-then-trained": (
@@ -392,3 +447,88 @@ def test_a_resumed_try_lags_from_its_dispatch_in_the_run_before() -> None:
     # The same figures as the report's staleness for that step.
     [step] = rt.health_report(a + b).runs[1].staleness.steps
     assert (step.max, step.p50) == (3.0, 2.5)
+
+
+def test_a_step_that_trains_many_tries_gives_each_flow_a_slice_of_its_own() -> None:
+    # 600 tries trained by one step: their flows' ends must not nest (the
+    # importer drops slices past 512 deep and binds their flows elsewhere).
+    body: list[tuple[float, rt.Event]] = []
+    for g in range(600):
+        body += [(101.0, disp(1, g)), (102.0, seal(1, g))]
+    body.append((103.0, _step(1, "grp-1")))
+    doc = _doc(make_run(1, 100.0, body))
+    trace = doc["traceEvents"]
+    ends = {trace[f.target]["args"]["generation_index"] for f in flows(trace)}
+    assert ends == set(range(600))
+    starts = sorted(ev["ts"] for ev in trace if ev.get("cat") == "trained")
+    assert starts[0] == 103e6 and starts[-1] == 103e6 + 599
+
+
+def test_a_weight_version_too_large_for_a_float_is_an_unknown_lag(tmp_path: Path) -> None:
+    # Valid JSON and valid to the schema, but 10**330 - 1 is no float.
+    huge = 10**330
+    events = make_run(
+        1,
+        100.0,
+        [
+            (101.0, rt.WeightsSynced(weight_version=huge)),
+            (102.0, _dispatched(1, 0, 1)),
+            (103.0, seal(1, 0)),
+            (104.0, _step(1, "grp-1")),
+        ],
+    )
+    path = write(tmp_path / "t.jsonl", events)
+    out = tmp_path / "t.json"
+    assert main(["timeline", str(path), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert _series(doc, "policy lag (max)") == []
+    [run] = rt.health_report(path).runs
+    assert (run.staleness.attempts, run.staleness.unknown) == (0, 1)
+
+
+def test_a_write_that_fails_leaves_the_earlier_output_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path / "t.jsonl", make_run(1, 100.0, [(101.0, disp(1, 0))]))
+    out = tmp_path / "t.json"
+    assert main(["timeline", str(path), "-o", str(out)]) == 0
+    before = out.read_bytes()
+
+    def broken(tl: Any, f: Any, merge: Any) -> int:
+        f.write(b'{"traceEvents":[')
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(timeline_cli, "write_document", broken)
+    assert main(["timeline", str(path), "-o", str(out)]) == 2
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.jsonl"]
+
+
+def test_flows_and_lags_of_a_stop_written_through_the_sdk(tmp_path: Path) -> None:
+    # Through the SDK with a clock (tests/traced.py): A dispatches sibling 5
+    # at version 2 and is killed; B restores, resumes and seals it, syncs
+    # version 4 and trains it. One arrow from A's try to B's resumed try, one
+    # from that try to step 2, and a lag of 2 at step 2's time, as report says.
+    a = Run([(10.0, synced(2)), (11.0, d(5, 0, 2, "g5")),
+             (12.0, rt.SnapshotPublished(step=1, path="/s/1", captured_at=11.5))])  # fmt: skip
+    b = Run(
+        [(20.0, rt.RestoreStarted(path="/s/1", step=1)),
+         (21.0, rt.RestoreFinished(step=1, unfinished_groups=["g5"])),
+         (22.0, rt.AttemptResumed(group_id="g5", prompt_id=5, generation_index=0, attempt=0,
+                                  turn=1)),
+         (25.0, sealed(5, 0, "g5")), (26.0, synced(4)), (27.0, trained(2, "g5"))],
+        closed_at=28.0,
+    )  # fmt: skip
+    files = write_runs(tmp_path / "set", [a, b])
+    out = tmp_path / "t.json"
+    assert main(["timeline", *map(str, files), "-o", str(out)]) == 0
+    trace = check_trace_events(json.loads(out.read_text()))
+    drawn = {(_name(trace[f.source]), _name(trace[f.target])) for f in flows(trace)}
+    assert drawn == {
+        (("try", 1, 5, 0, 0), ("try", 2, 5, 0, 0)),
+        (("try", 2, 5, 0, 0), ("step", 2, 2)),
+    }
+    doc = json.loads(out.read_text())
+    assert _series(doc, "policy lag (max)", pid=2) == [(27e6, 2)]
+    [step] = rt.health_report(files).runs[1].staleness.steps
+    assert (step.max, step.p50) == (2.0, 2.0)
