@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import zlib
@@ -11,7 +12,7 @@ from typing import Any
 
 from ._base import Sink, SinkOptionValueError
 
-__all__ = ["JsonlSink"]
+__all__ = ["JsonlSink", "segment_path"]
 
 _FSYNC_MODES = ("never", "batch", "always")
 # How long a sink that writes batch after batch goes without looking at its
@@ -42,9 +43,19 @@ class JsonlSink(Sink):
     ``fsync``: ``never`` (default) leaves durability to the OS; ``batch``
     calls ``fdatasync`` after every batch; ``always`` calls ``fsync`` after
     every batch and on ``flush()``, and syncs the folder when the file is made.
+
+    ``rotate_mb`` and/or ``rotate_s`` write the run in segments: the path with
+    a six-digit number before its ``.jsonl`` (``trace-X.000000.jsonl``,
+    ``trace-X.000001.jsonl``, ...; numbered on from the highest segment
+    already there), the next one begun once the current one holds
+    ``rotate_mb`` megabytes (10**6 bytes, as written: compressed for gzip;
+    checked after each batch, so a segment goes over by one batch at most) or
+    is ``rotate_s`` seconds old (checked before each batch). Each segment is
+    a whole file (a gzip segment ends its member), and a reader takes a run's
+    segments as one run, in any order.
     """
 
-    options = frozenset({"fsync"})
+    options = frozenset({"fsync", "rotate_mb", "rotate_s"})
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         super().__init__(location, options)
@@ -55,7 +66,13 @@ class JsonlSink(Sink):
             raise SinkOptionValueError(
                 f"fsync={self.fsync!r} is not one of {', '.join(_FSYNC_MODES)}"
             )
-        self.path = os.path.abspath(location)
+        self.base = os.path.abspath(location)
+        self.path = self.base
+        self._rotate_bytes = _positive(options, "rotate_mb", "megabytes", 10**6)
+        self._rotate_s = _positive(options, "rotate_s", "seconds", 1)
+        self.segment = -1  # the current segment's number; -1: not rotating
+        self._segment_bytes = 0
+        self._segment_until = math.inf  # time.monotonic() when the segment is due to end
         self.reopened = 0
         self._fd = -1
         self._identity: tuple[int, int] = (0, 0)
@@ -64,7 +81,14 @@ class JsonlSink(Sink):
         self._made_dirs: list[str] = []
         self._made_file = False
 
+    @property
+    def rotating(self) -> bool:
+        return self._rotate_bytes is not None or self._rotate_s is not None
+
     def open(self) -> None:
+        if self.rotating:
+            self.segment = _next_segment(self.base)
+            self.path = segment_path(self.base, self.segment)
         # What this open makes, so that discard() can take it back.
         self._made_dirs, self._made_file = _plan(self.path)
         try:
@@ -84,6 +108,9 @@ class JsonlSink(Sink):
             _fsync_dir(parent)
         if self.path.endswith(".gz"):
             self._gzip = zlib.compressobj(wbits=31)  # 31: a gzip header and trailer
+        self._segment_bytes = 0
+        if self._rotate_s is not None:
+            self._segment_until = time.monotonic() + self._rotate_s
 
     def _still_there(self) -> bool:
         try:
@@ -102,8 +129,21 @@ class JsonlSink(Sink):
             self.path,
         )
 
+    def _rotate(self) -> None:
+        """End the current segment and begin the next."""
+        self._close_file()
+        self.segment += 1
+        self.path = segment_path(self.base, self.segment)
+        self._open_file()
+
     def write(self, data: bytes) -> None:
         now = time.monotonic()  # no system call (vDSO)
+        if self._segment_bytes and (
+            now >= self._segment_until
+            or (self._rotate_bytes is not None and self._segment_bytes >= self._rotate_bytes)
+        ):
+            self._rotate()
+            self._look_at = now + _LOOK_EVERY  # just made
         if now >= self._look_at:
             self._look_at = now + _LOOK_EVERY
             if not self._still_there():
@@ -111,6 +151,7 @@ class JsonlSink(Sink):
         if self._gzip is not None:
             data = self._gzip.compress(data) + self._gzip.flush(zlib.Z_FULL_FLUSH)
         _write_all(self._fd, data)
+        self._segment_bytes += len(data)
         if self.fsync == "batch":
             os.fdatasync(self._fd)
         elif self.fsync == "always":
@@ -140,6 +181,52 @@ class JsonlSink(Sink):
         if fd >= 0:
             os.close(fd)
         _undo(self.path, self._made_file, self._made_dirs)
+
+
+def _positive(options: Mapping[str, str], name: str, unit: str, scale: int) -> float | None:
+    """Option ``name`` as a number above 0 (times ``scale``), None when not given."""
+    text = options.get(name)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise SinkOptionValueError(
+            f"{name}={text!r} is not a number of {unit} above 0 (e.g. {name}=100)"
+        )
+    return value * scale
+
+
+def _split(base: str) -> tuple[str, str]:
+    """``base`` as the part before its ``.jsonl`` or ``.jsonl.gz``, and that suffix."""
+    for suffix in (".jsonl.gz", ".jsonl"):
+        if base.endswith(suffix):
+            return base[: -len(suffix)], suffix
+    return base, ""
+
+
+def segment_path(base: str, n: int) -> str:
+    """Segment ``n`` of ``base``: its number before the ``.jsonl`` (or at the end)."""
+    stem, suffix = _split(base)
+    return f"{stem}.{n:06d}{suffix}"
+
+
+def _next_segment(base: str) -> int:
+    """The number after the highest segment of ``base`` already there (0 for none)."""
+    stem, tail = _split(base)
+    head = os.path.basename(stem) + "."
+    try:
+        names = os.listdir(os.path.dirname(base))
+    except OSError:
+        return 0  # no folder yet: open makes it
+    found = []
+    for name in names:
+        number = name[len(head) : len(name) - len(tail)]
+        if name.startswith(head) and name.endswith(tail) and len(number) >= 6 and number.isdigit():
+            found.append(int(number))
+    return max(found) + 1 if found else 0
 
 
 def _write_all(fd: int, data: bytes) -> None:

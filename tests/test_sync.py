@@ -25,7 +25,13 @@ from tracecheck import check_runs, only_run
 import rollout_trace as rt
 
 
-def _emit_many(t: rt.SyncTracer, thread: int, n: int, progress: list[int] | None = None) -> None:
+def _emit_many(
+    t: rt.SyncTracer,
+    thread: int,
+    n: int,
+    progress: list[int] | None = None,
+    checked: threading.Event | None = None,
+) -> None:
     for i in range(n):
         t.emit(
             rt.AttemptDispatched(
@@ -34,6 +40,10 @@ def _emit_many(t: rt.SyncTracer, thread: int, n: int, progress: list[int] | None
         )
         if progress is not None:
             progress[thread] = i + 1
+        if checked is not None and i == n // 2:
+            # Half way, wait for the flush check: on a loaded machine the
+            # threads could otherwise be done before it ever ran.
+            checked.wait(60)
 
 
 @pytest.mark.parametrize(
@@ -124,11 +134,15 @@ def test_flush_from_one_thread_while_others_emit(tmp_path: Path) -> None:
     path = tmp_path / "f.jsonl"
     t = rt.sync_tracer(str(path), flush_interval=30, buffer=1_000_000)
     progress = [0, 0, 0]
-    threads = [threading.Thread(target=_emit_many, args=(t, k, 60_000, progress)) for k in range(3)]
+    checked = threading.Event()
+    threads = [
+        threading.Thread(target=_emit_many, args=(t, k, 60_000, progress, checked))
+        for k in range(3)
+    ]
     for th in threads:
         th.start()
     checks = 0
-    while any(th.is_alive() for th in threads) and checks < 5:
+    while (any(th.is_alive() for th in threads) and checks < 5) or not checks:
         time.sleep(0.01)
         before = list(progress)  # every event counted here was emitted before flush()
         assert t.flush(timeout=60)
@@ -137,6 +151,7 @@ def test_flush_from_one_thread_while_others_emit(tmp_path: Path) -> None:
             missing = [i for i in range(n) if (thread, i) not in written]
             assert missing == [], f"thread {thread}: {len(missing)} events not on disk"
         checks += 1
+        checked.set()
     for th in threads:
         th.join()
     t.close()

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import gzip
+import json
+import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import rollout_trace as rt
+from rollout_trace._cli.main import main
 from sinks import JsonlSink
+from sinks.jsonl import segment_path
 
 _SYNC = b"\x00\x00\xff\xff"
 
@@ -44,3 +50,88 @@ def test_each_gzip_batch_reads_alone(tmp_path: Path, sizes: list[int]) -> None:
         body = written[10:] if i == 0 else written  # the first write holds the header
         assert body.endswith(_SYNC)
         assert zlib.decompressobj(wbits=-15).decompress(body) == batch, f"write {i}"
+
+
+# --- rotation -------------------------------------------------------------------------
+
+
+def _emit(uri: str, n: int, *, pause_every: int = 0, pause_s: float = 0.0) -> None:
+    with rt.sync_tracer(uri, batch_size=64) as t:
+        for i in range(n):
+            t.emit(rt.WeightsSynced(weight_version=i))
+            if pause_every and i % pause_every == pause_every - 1:
+                assert t.flush(timeout=10)
+                time.sleep(pause_s)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "unpack"),
+    [
+        (".jsonl", lambda b: b),  # plain
+        (".jsonl.gz", gzip.decompress),  # each segment a whole gzip file
+    ],
+)
+def test_segments_end_past_their_size_by_a_batch_at_most_and_read_as_one_run(
+    tmp_path: Path,
+    suffix: str,
+    unpack: Callable[[bytes], bytes],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    limit = 20_000
+    # Flushed every 50 events, so that no batch the writer drains is larger.
+    _emit(f"jsonl://{tmp_path}/t{suffix}?rotate_mb={limit / 1e6}", 4_000, pause_every=50)
+    paths = sorted(tmp_path.glob(f"t.*{suffix}"))
+    assert [p.name for p in paths] == [f"t.{i:06d}{suffix}" for i in range(len(paths))]
+    assert len(paths) >= 3
+    sizes = [p.stat().st_size for p in paths]
+    lines = [line for p in paths for line in unpack(p.read_bytes()).splitlines()]
+    # A batch is 50 events at most (less again in gzip).
+    batch = 50 * (max(map(len, lines)) + 1)
+    assert all(limit <= size <= limit + batch for size in sizes[:-1]), (sizes, batch)
+    assert len(lines) == 4_002  # trace_opened, 4,000 events, trace_closed
+    # Any order of the segments: one run, every event once, no gap.
+    assert main(["summary", "--json", *map(str, paths[::-1])]) == 0
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    assert (run["events"], run["missing_seqs"], run["read_twice"], run["closed"]) == (
+        4_002, 0, 0, True,
+    )  # fmt: skip
+
+
+def test_a_segment_older_than_rotate_s_ends_before_the_next_batch(tmp_path: Path) -> None:
+    # Three bursts, each flushed and followed by 0.8 s; segments of 0.5 s: a
+    # segment a burst, and trace_closed in a fourth (a segment is ended only
+    # when a batch comes, so none is empty).
+    _emit(f"jsonl://{tmp_path}/t.jsonl?rotate_s=0.5", 300, pause_every=100, pause_s=0.8)
+    paths = sorted(tmp_path.glob("t.*.jsonl"))
+    counts = [len(p.read_bytes().splitlines()) for p in paths]
+    assert counts == [101, 100, 100, 1], counts  # trace_opened first
+
+
+def test_a_path_written_again_numbers_on_from_its_last_segment(tmp_path: Path) -> None:
+    uri = f"jsonl://{tmp_path}/t.jsonl?rotate_mb=1"
+    _emit(uri, 10)
+    _emit(uri, 10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.000000.jsonl", "t.000001.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("rotate_mb", "0"),  # not above 0
+        ("rotate_mb", "-5"),  # negative
+        ("rotate_mb", "nan"),  # no number
+        ("rotate_s", "inf"),  # never
+        ("rotate_s", "soon"),  # not a number
+    ],
+)
+def test_a_bad_rotation_is_named(option: str, value: str) -> None:
+    unit = "megabytes" if option == "rotate_mb" else "seconds"
+    with pytest.raises(rt.SinkOptionError) as exc:
+        rt.sync_tracer(f"jsonl:///tmp/x.jsonl?{option}={value}")
+    assert f"{option}={value!r} is not a number of {unit} above 0" in str(exc.value)
+
+
+def test_segment_paths() -> None:
+    assert segment_path("/r/t-00000000aa.jsonl", 7) == "/r/t-00000000aa.000007.jsonl"
+    assert segment_path("/r/t.jsonl.gz", 12) == "/r/t.000012.jsonl.gz"
+    assert segment_path("/r/t.log", 0) == "/r/t.log.000000"

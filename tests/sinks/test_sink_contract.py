@@ -58,6 +58,13 @@ def _via_child(stream: str, driver: Driver) -> bytes:
     return proc.stderr
 
 
+def _segments(folder: Path, pattern: str, unpack: Callable[[bytes], bytes]) -> bytes:
+    """A rotated file's segments, each a whole file, in their order (at least two)."""
+    paths = sorted(folder.glob(pattern))
+    assert len(paths) >= 2, paths
+    return b"".join(unpack(p.read_bytes()) for p in paths)
+
+
 def _memory(sinks: list[object]) -> bytes:
     (sink,) = sinks
     assert isinstance(sink, MemorySink)
@@ -74,6 +81,17 @@ SINKS: list[tuple[str, Callable[[Path], str], Callable[[Path, list[object], Driv
         "jsonl.gz",
         lambda d: f"jsonl://{d}/t.jsonl.gz",
         lambda d, s, r: gzip.decompress((d / "t.jsonl.gz").read_bytes()),
+    ),
+    # In segments of 100 kB (about ten): read back in their order.
+    (
+        "jsonl rotated",
+        lambda d: f"jsonl://{d}/t.jsonl?rotate_mb=0.1",
+        lambda d, s, r: _segments(d, "t.*.jsonl", lambda b: b),
+    ),
+    (
+        "jsonl.gz rotated",
+        lambda d: f"jsonl://{d}/t.jsonl.gz?rotate_mb=0.02",
+        lambda d, s, r: _segments(d, "t.*.jsonl.gz", gzip.decompress),
     ),
     ("memory", lambda d: "memory://", lambda d, s, r: _memory(s)),
     ("stdout", lambda d: "stdout://", lambda d, s, r: _via_child("stdout", r)),
