@@ -44,15 +44,16 @@ class JsonlSink(Sink):
     calls ``fdatasync`` after every batch; ``always`` calls ``fsync`` after
     every batch and on ``flush()``, and syncs the folder when the file is made.
 
-    ``rotate_mb`` and/or ``rotate_s`` write the run in segments: the path with
-    a six-digit number before its ``.jsonl`` (``trace-X.000000.jsonl``,
-    ``trace-X.000001.jsonl``, ...; numbered on from the highest segment
-    already there), the next one begun once the current one holds
-    ``rotate_mb`` megabytes (10**6 bytes, as written: compressed for gzip;
-    checked after each batch, so a segment goes over by one batch at most) or
-    is ``rotate_s`` seconds old (checked before each batch). Each segment is
-    a whole file (a gzip segment ends its member), and a reader takes a run's
-    segments as one run, in any order.
+    ``rotate_mb`` and/or ``rotate_s`` write the run in segments: the path (it
+    must end in ``.jsonl`` or ``.jsonl.gz``) with a six-digit number before
+    that suffix (``trace-X.000000.jsonl``, ``trace-X.000001.jsonl``, ...;
+    numbered on from the highest segment already there). A segment holds at
+    most ``rotate_mb`` megabytes (10**6 bytes as written; a write is split at
+    whole lines, a line longer than that takes a segment of its own) and is
+    ended as soon as it is full; one ``rotate_s`` seconds old is ended before
+    the next batch or at the next ``flush()``. An ended segment is a whole
+    file (a gzip one has its trailer), and a reader takes a run's segments
+    as one run, in any order.
     """
 
     options = frozenset({"fsync", "rotate_mb", "rotate_s"})
@@ -70,6 +71,11 @@ class JsonlSink(Sink):
         self.path = self.base
         self._rotate_bytes = _positive(options, "rotate_mb", "megabytes", 10**6)
         self._rotate_s = _positive(options, "rotate_s", "seconds", 1)
+        if self.rotating and not self.base.endswith((".jsonl", ".jsonl.gz")):
+            raise SinkOptionValueError(
+                f"rotation needs a path ending in .jsonl or .jsonl.gz (its segments are "
+                f"numbered before that suffix), not {location!r}"
+            )
         self.segment = -1  # the current segment's number; -1: not rotating
         self._segment_bytes = 0
         self._segment_until = math.inf  # time.monotonic() when the segment is due to end
@@ -106,7 +112,7 @@ class JsonlSink(Sink):
         self._identity = (st.st_dev, st.st_ino)
         if self.fsync == "always":
             _fsync_dir(parent)
-        if self.path.endswith(".gz"):
+        if self.base.endswith(".gz"):
             self._gzip = zlib.compressobj(wbits=31)  # 31: a gzip header and trailer
         self._segment_bytes = 0
         if self._rotate_s is not None:
@@ -129,22 +135,46 @@ class JsonlSink(Sink):
             self.path,
         )
 
-    def _rotate(self) -> None:
-        """End the current segment and begin the next."""
-        self._close_file()
+    def _next(self) -> None:
+        """Begin the next segment (the current one is ended already)."""
         self.segment += 1
         self.path = segment_path(self.base, self.segment)
         self._open_file()
 
     def write(self, data: bytes) -> None:
         now = time.monotonic()  # no system call (vDSO)
-        if self._segment_bytes and (
-            now >= self._segment_until
-            or (self._rotate_bytes is not None and self._segment_bytes >= self._rotate_bytes)
-        ):
-            self._rotate()
+        if self._fd >= 0 and self._segment_bytes and now >= self._segment_until:
+            self._close_file()  # old enough: ended before this batch
+        limit = self._rotate_bytes
+        if limit is None:
+            self._write(data, now)
+            return
+        # A segment ends once full, in the middle of a batch if need be: a
+        # write can join batches queued for megabytes. Each piece is whole
+        # lines; for gzip, its compressed size is below its own.
+        while data:
+            if self._fd >= 0 and self._segment_bytes >= limit:
+                self._close_file()
+            room = int(limit - self._segment_bytes) if self._fd >= 0 else int(limit)
+            if len(data) <= room:
+                piece, data = data, b""
+            else:
+                cut = data.rfind(b"\n", 0, room) + 1
+                if not cut:  # not a whole line fits what is left
+                    if self._fd >= 0 and self._segment_bytes:
+                        self._close_file()
+                        continue
+                    cut = data.find(b"\n") + 1 or len(data)  # a line longer than a segment
+                piece, data = data[:cut], data[cut:]
+            self._write(piece, now)
+        if self._segment_bytes >= limit:
+            self._close_file()  # full: whole now, not when the next batch comes
+
+    def _write(self, data: bytes, now: float) -> None:
+        if self._fd < 0 and self.rotating:  # the last segment was ended
+            self._next()
             self._look_at = now + _LOOK_EVERY  # just made
-        if now >= self._look_at:
+        elif now >= self._look_at:
             self._look_at = now + _LOOK_EVERY
             if not self._still_there():
                 self._reopen()
@@ -159,7 +189,9 @@ class JsonlSink(Sink):
 
     def flush(self) -> None:
         self._look_at = 0.0  # the next write looks at the path
-        if self.fsync == "always" and self._fd >= 0:
+        if self._fd >= 0 and self._segment_bytes and time.monotonic() >= self._segment_until:
+            self._close_file()  # old enough: whole now
+        elif self.fsync == "always" and self._fd >= 0:
             os.fsync(self._fd)
 
     def _close_file(self) -> None:
@@ -170,6 +202,8 @@ class JsonlSink(Sink):
             if self._gzip is not None:
                 _write_all(fd, self._gzip.flush(zlib.Z_FINISH))
                 self._gzip = None
+                if self.fsync != "never":  # the trailer is what makes it whole
+                    os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -224,7 +258,13 @@ def _next_segment(base: str) -> int:
     found = []
     for name in names:
         number = name[len(head) : len(name) - len(tail)]
-        if name.startswith(head) and name.endswith(tail) and len(number) >= 6 and number.isdigit():
+        # Six digits, seven past a million: a dated name (eight) is not a segment.
+        if (
+            name.startswith(head)
+            and name.endswith(tail)
+            and 6 <= len(number) <= 7
+            and number.isdigit()
+        ):
             found.append(int(number))
     return max(found) + 1 if found else 0
 

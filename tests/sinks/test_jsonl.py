@@ -71,30 +71,58 @@ def _emit(uri: str, n: int, *, pause_every: int = 0, pause_s: float = 0.0) -> No
         (".jsonl.gz", gzip.decompress),  # each segment a whole gzip file
     ],
 )
-def test_segments_end_past_their_size_by_a_batch_at_most_and_read_as_one_run(
+def test_segments_stay_within_their_size_and_read_as_one_run(
     tmp_path: Path,
     suffix: str,
     unpack: Callable[[bytes], bytes],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     limit = 20_000
-    # Flushed every 50 events, so that no batch the writer drains is larger.
-    _emit(f"jsonl://{tmp_path}/t{suffix}?rotate_mb={limit / 1e6}", 4_000, pause_every=50)
+    # Emitted flat out: the writer joins what is queued into writes of up to
+    # megabytes, which a segment must still split at its size.
+    _emit(f"jsonl://{tmp_path}/t{suffix}?rotate_mb={limit / 1e6}", 20_000)
     paths = sorted(tmp_path.glob(f"t.*{suffix}"))
     assert [p.name for p in paths] == [f"t.{i:06d}{suffix}" for i in range(len(paths))]
     assert len(paths) >= 3
     sizes = [p.stat().st_size for p in paths]
     lines = [line for p in paths for line in unpack(p.read_bytes()).splitlines()]
-    # A batch is 50 events at most (less again in gzip).
-    batch = 50 * (max(map(len, lines)) + 1)
-    assert all(limit <= size <= limit + batch for size in sizes[:-1]), (sizes, batch)
-    assert len(lines) == 4_002  # trace_opened, 4,000 events, trace_closed
+    assert len(lines) == 20_002  # trace_opened, 20,000 events, trace_closed
+    # Within the size (gzip: its header, trailer and flush markers aside).
+    assert all(size <= limit + 64 for size in sizes), sizes
+    if suffix == ".jsonl":  # full but for the line that did not fit
+        longest = max(map(len, lines)) + 1
+        assert all(size > limit - longest for size in sizes[:-1]), sizes
     # Any order of the segments: one run, every event once, no gap.
     assert main(["summary", "--json", *map(str, paths[::-1])]) == 0
     [run] = json.loads(capsys.readouterr().out)["runs"]
     assert (run["events"], run["missing_seqs"], run["read_twice"], run["closed"]) == (
-        4_002, 0, 0, True,
+        20_002, 0, 0, True,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "rotate_mb=0.002",  # full: ended at once, not when a later batch comes
+        "rotate_s=0.3",  # old: ended at the next flush
+    ],
+)
+def test_an_ended_segment_is_a_whole_file_while_the_run_goes_on(
+    tmp_path: Path, option: str
+) -> None:
+    with rt.sync_tracer(f"jsonl://{tmp_path}/t.jsonl.gz?{option}") as t:
+        for i in range(100):
+            t.emit(rt.WeightsSynced(weight_version=i))
+        assert t.flush(timeout=10)
+        time.sleep(0.4)
+        assert t.flush(timeout=10)
+        paths = sorted(tmp_path.glob("t.*.jsonl.gz"))
+        if option.startswith("rotate_s"):
+            assert len(paths) == 1
+        whole = [gzip.decompress(p.read_bytes()) for p in paths[:-1]]
+        if option.startswith("rotate_s"):  # the one segment is old: whole already
+            whole = [gzip.decompress(paths[0].read_bytes())]
+        assert whole and all(w.endswith(b"\n") for w in whole)
 
 
 def test_a_segment_older_than_rotate_s_ends_before_the_next_batch(tmp_path: Path) -> None:
@@ -108,10 +136,12 @@ def test_a_segment_older_than_rotate_s_ends_before_the_next_batch(tmp_path: Path
 
 
 def test_a_path_written_again_numbers_on_from_its_last_segment(tmp_path: Path) -> None:
+    (tmp_path / "t.20261204.jsonl").write_bytes(b"")  # a dated file, no segment
     uri = f"jsonl://{tmp_path}/t.jsonl?rotate_mb=1"
     _emit(uri, 10)
     _emit(uri, 10)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.000000.jsonl", "t.000001.jsonl"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["t.000000.jsonl", "t.000001.jsonl", "t.20261204.jsonl"]
 
 
 @pytest.mark.parametrize(
@@ -129,6 +159,19 @@ def test_a_bad_rotation_is_named(option: str, value: str) -> None:
     with pytest.raises(rt.SinkOptionError) as exc:
         rt.sync_tracer(f"jsonl:///tmp/x.jsonl?{option}={value}")
     assert f"{option}={value!r} is not a number of {unit} above 0" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/tmp/t.gz",  # gzip, but no .jsonl before it: segments would lose their kind
+        "/tmp/t.log",  # readers given a folder would pass its segments over
+    ],
+)
+def test_rotation_needs_a_jsonl_path(path: str) -> None:
+    with pytest.raises(rt.SinkOptionError) as exc:
+        rt.sync_tracer(f"jsonl://{path}?rotate_mb=1")
+    assert "rotation needs a path ending in .jsonl or .jsonl.gz" in str(exc.value)
 
 
 def test_segment_paths() -> None:
