@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -80,6 +81,8 @@ class JsonlSink(Sink):
         self._segment_bytes = 0
         self._segment_until = math.inf  # time.monotonic() when the segment is due to end
         self.reopened = 0
+        # Path -> bytes put there by the write under way (None: none is).
+        self._batch: dict[str, int] | None = None
         self._fd = -1
         self._identity: tuple[int, int] = (0, 0)
         self._look_at = 0.0  # time.monotonic() from which a write looks at the path
@@ -142,6 +145,43 @@ class JsonlSink(Sink):
         self._open_file()
 
     def write(self, data: bytes) -> None:
+        # All or nothing: a write that fails part way (a full disk) takes back
+        # what it put in its files, so that no line of a batch counted as lost
+        # is there (nor a torn one).
+        self._batch = {}
+        try:
+            self._write_batch(data)
+        except BaseException:
+            self._take_back()
+            raise
+        finally:
+            self._batch = None
+
+    def _take_back(self) -> None:
+        """Cut each file this write put bytes in back to where it began."""
+        # The compressor has taken in what is cut: no trailer can be right
+        # for the member now, which stays cut at a batch's end, as a killed
+        # writer leaves it (readers take that).
+        self._gzip = None
+        for path, n in (self._batch or {}).items():
+            with contextlib.suppress(OSError):
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.ftruncate(fd, max(0, os.fstat(fd).st_size - n))
+                finally:
+                    os.close(fd)
+
+    def _put(self, fd: int, data: bytes) -> None:
+        """Write all of ``data`` (a write may be short: a signal, a full disk), counting
+        what went in for ``_take_back``."""
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            if self._batch is not None:
+                self._batch[self.path] = self._batch.get(self.path, 0) + n
+            view = view[n:]
+
+    def _write_batch(self, data: bytes) -> None:
         now = time.monotonic()  # no system call (vDSO)
         if self._fd >= 0 and self._segment_bytes and now >= self._segment_until:
             self._close_file()  # old enough: ended before this batch
@@ -180,7 +220,7 @@ class JsonlSink(Sink):
                 self._reopen()
         if self._gzip is not None:
             data = self._gzip.compress(data) + self._gzip.flush(zlib.Z_FULL_FLUSH)
-        _write_all(self._fd, data)
+        self._put(self._fd, data)
         self._segment_bytes += len(data)
         if self.fsync == "batch":
             os.fdatasync(self._fd)
@@ -200,7 +240,7 @@ class JsonlSink(Sink):
             return
         try:
             if self._gzip is not None:
-                _write_all(fd, self._gzip.flush(zlib.Z_FINISH))
+                self._put(fd, self._gzip.flush(zlib.Z_FINISH))
                 self._gzip = None
                 if self.fsync != "never":  # the trailer is what makes it whole
                     os.fsync(fd)
@@ -267,14 +307,6 @@ def _next_segment(base: str) -> int:
         ):
             found.append(int(number))
     return max(found) + 1 if found else 0
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    # A write may be short (a signal, a full disk): finish the batch so that
-    # no line is torn on purpose.
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _plan(path: str) -> tuple[list[str], bool]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,56 @@ def test_segment_paths() -> None:
     assert segment_path("/r/t-00000000aa.jsonl", 7) == "/r/t-00000000aa.000007.jsonl"
     assert segment_path("/r/t.jsonl.gz", 12) == "/r/t.000012.jsonl.gz"
     assert segment_path("/r/t.log", 0) == "/r/t.log.000000"
+
+
+# --- a disk that fills -----------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KB tmpfs: writes fail part way with ENOSPC, as on a full disk."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "t.jsonl",  # plain
+        "t.jsonl.gz",  # gzip: the member stays cut at a batch's end
+        "t.jsonl?rotate_mb=0.01",  # segments: a batch split over two of them
+    ],
+)
+def test_a_batch_the_disk_cuts_short_is_taken_back_whole(small_disk: Path, name: str) -> None:
+    t = rt.sync_tracer(f"jsonl://{small_disk}/{name}", batch_size=256)
+    with t:
+        for i in range(20_000):
+            t.emit(rt.WeightsSynced(weight_version=i))
+            if i % 256 == 255:
+                t.flush(timeout=10)
+    c = t.counts
+    assert c.written + c.dropped == c.emitted == 20_000 and c.dropped > 0  # the disk filled
+    events, torn = 0, 0
+    for path in sorted(small_disk.glob("t*")):
+        data = path.read_bytes()
+        if path.name.endswith(".gz"):
+            data = zlib.decompressobj(wbits=31).decompress(data)  # cut members too
+        for line in data.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                torn += 1
+            elif b'"weights_synced"' in line:
+                events += 1
+    # Every event in the files is one the sink counted, and no line is torn.
+    assert (events, torn) == (c.written, 0)
+    assert 0 < events < 20_000
