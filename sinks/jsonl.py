@@ -81,8 +81,10 @@ class JsonlSink(Sink):
         self._segment_bytes = 0
         self._segment_until = math.inf  # time.monotonic() when the segment is due to end
         self.reopened = 0
-        # Path -> bytes put there by the write under way (None: none is).
-        self._batch: dict[str, int] | None = None
+        # The write under way (None: none is): file descriptor -> bytes put
+        # there, and the files it ended, closed once it is done.
+        self._batch: dict[int, int] | None = None
+        self._ended: list[tuple[int, str]] = []
         self._fd = -1
         self._identity: tuple[int, int] = (0, 0)
         self._look_at = 0.0  # time.monotonic() from which a write looks at the path
@@ -156,20 +158,46 @@ class JsonlSink(Sink):
             raise
         finally:
             self._batch = None
+            ended, self._ended = self._ended, []
+            for fd, _ in ended:
+                os.close(fd)
 
     def _take_back(self) -> None:
-        """Cut each file this write put bytes in back to where it began."""
+        """Cut each file this write put bytes in back to where they began.
+
+        Through the write's own descriptors, so a file moved away or replaced
+        at its path is still the one cut; and only where the file still ends
+        with this write's bytes (another writer that appended since keeps its
+        lines, and this write's stay, with a warning). A file left empty that
+        this sink made is removed.
+        """
         # The compressor has taken in what is cut: no trailer can be right
         # for the member now, which stays cut at a batch's end, as a killed
         # writer leaves it (readers take that).
         self._gzip = None
-        for path, n in (self._batch or {}).items():
-            with contextlib.suppress(OSError):
-                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-                try:
-                    os.ftruncate(fd, max(0, os.fstat(fd).st_size - n))
-                finally:
-                    os.close(fd)
+        paths = {fd: path for fd, path in self._ended}
+        if self._fd >= 0:
+            paths[self._fd] = self.path
+        for fd, n in (self._batch or {}).items():
+            try:
+                end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: after this write's last bytes
+                st = os.fstat(fd)
+                if st.st_size != end:
+                    logger.warning(
+                        "rollout_trace: %s was written by another writer after a failed write; "
+                        "its partial batch is left in place",
+                        paths.get(fd, self.path),
+                    )
+                    continue
+                os.ftruncate(fd, max(0, end - n))
+                path = paths.get(fd)
+                if end - n <= 0 and path is not None:
+                    with contextlib.suppress(OSError):
+                        here = os.stat(path)
+                        if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino):
+                            os.unlink(path)  # made by this sink, and left empty
+            except OSError:
+                continue
 
     def _put(self, fd: int, data: bytes) -> None:
         """Write all of ``data`` (a write may be short: a signal, a full disk), counting
@@ -178,7 +206,7 @@ class JsonlSink(Sink):
         while view:
             n = os.write(fd, view)
             if self._batch is not None:
-                self._batch[self.path] = self._batch.get(self.path, 0) + n
+                self._batch[fd] = self._batch.get(fd, 0) + n
             view = view[n:]
 
     def _write_batch(self, data: bytes) -> None:
@@ -245,7 +273,10 @@ class JsonlSink(Sink):
                 if self.fsync != "never":  # the trailer is what makes it whole
                     os.fsync(fd)
         finally:
-            os.close(fd)
+            if self._batch is not None:
+                self._ended.append((fd, self.path))  # closed when the write is done
+            else:
+                os.close(fd)
 
     def close(self) -> None:
         self._close_file()

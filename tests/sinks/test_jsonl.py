@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
 import subprocess
 import time
 import zlib
@@ -232,3 +234,39 @@ def test_a_batch_the_disk_cuts_short_is_taken_back_whole(small_disk: Path, name:
     # Every event in the files is one the sink counted, and no line is torn.
     assert (events, torn) == (c.written, 0)
     assert 0 < events < 20_000
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "t.jsonl",  # plain
+        "t.jsonl.gz",  # gzip
+    ],
+)
+def test_a_take_back_cuts_the_file_written_not_the_one_now_at_its_path(
+    small_disk: Path, name: str
+) -> None:
+    # The sink's file is moved away and another writer makes a new one at
+    # the path; then the disk fills during the sink's next write. The cut
+    # must fall on the moved file (the one written), never on the other's.
+    path = small_disk / name
+    sink = JsonlSink(str(path), {})
+    sink.open()
+    sink.write(b"".join(_line(i) for i in range(10)))
+    moved = small_disk / f"moved-{name}"
+    before = path.read_bytes()
+    path.rename(moved)
+    theirs = b"".join(b'{"other":%d}\n' % i for i in range(30))
+    path.write_bytes(theirs)
+    fd = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    with contextlib.suppress(OSError):
+        while True:
+            os.write(fd, b"x" * 512)
+    # A little room left: the next write fails part way.
+    os.ftruncate(fd, os.fstat(fd).st_size - 2048)
+    os.close(fd)
+    with pytest.raises(OSError, match="No space left"):
+        sink.write(b"".join(_line(i) for i in range(10, 2_000)))
+    sink.close()
+    assert path.read_bytes() == theirs
+    assert moved.read_bytes() == before
