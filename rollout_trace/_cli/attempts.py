@@ -15,6 +15,7 @@ from .common import (
     output_error,
     report_problems,
     trace_files,
+    write_whole,
 )
 
 __all__ = ["COMMAND", "SUFFIXES"]
@@ -74,7 +75,8 @@ def _run(args: argparse.Namespace) -> int:
             with open(out, "w", encoding="utf-8", newline="") as f:
                 n = write_csv(rows_of(tl), f)
         else:
-            n = write_parquet(rows_of(tl), out)
+            # Written whole or not at all, as the timeline is.
+            n = write_whole(out, lambda f: write_parquet(rows_of(tl), f))
     except RolloutTraceError as exc:
         return _fail(str(exc))
     except OSError as exc:

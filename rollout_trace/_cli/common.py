@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import msgspec
 
@@ -30,6 +31,7 @@ __all__ = [
     "compare_copies",
     "fold_timeline",
     "output_error",
+    "write_whole",
     "progress_for",
     "read_again",
     "trace_files",
@@ -192,6 +194,22 @@ def output_error(out: str, suffixes: Mapping[str, str], files: Sequence[str]) ->
             "trace: choose another -o"
         )
     return None
+
+
+def write_whole(out: str, write: Callable[[BinaryIO], int]) -> int:
+    """What ``write`` returns, having written a file beside ``out`` and renamed it over
+    ``out`` once whole: a failure part way (a full disk, Ctrl-C) leaves an earlier
+    file as it was and no torn one, and no file beside it."""
+    part = f"{out}.part"
+    try:
+        with open(part, "wb") as f:
+            n = write(f)
+        os.replace(part, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
+    return n
 
 
 def fold_timeline(files: list[str], problems: BadLines) -> Timeline:

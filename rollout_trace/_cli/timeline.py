@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
+from typing import BinaryIO
 
 from .._analysis.cost import gc_paused
 from .._timeline.document import write_document
@@ -20,6 +20,7 @@ from .common import (
     output_error,
     report_problems,
     trace_files,
+    write_whole,
 )
 
 __all__ = ["COMMAND", "SUFFIXES"]
@@ -124,28 +125,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _write(tl: Timeline, out: str, merge: list[Foreign]) -> int:
-    """Write the output that ``out``'s suffix names; the bytes written.
+    """Write the output that ``out``'s suffix names, whole or not at all; the bytes written."""
 
-    Written beside ``out`` and renamed over it once whole: a failure part way
-    (a full disk, Ctrl-C) leaves an earlier file as it was, not a torn one.
-    """
-    part = f"{out}.part"
-    try:
-        with open(part, "wb") as f:
-            if out.lower().endswith(".json"):
-                # Written as it is encoded: every attempt is in it, and a
-                # document of millions of attempts is not held whole.
-                size = write_document(tl, f, merge)
-            else:
-                data = html_of(tl).encode("utf-8")
-                f.write(data)
-                size = len(data)
-        os.replace(part, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(part)
-        raise
-    return size
+    def write(f: BinaryIO) -> int:
+        if out.lower().endswith(".json"):
+            # Written as it is encoded: every attempt is in it, and a
+            # document of millions of attempts is not held whole.
+            return write_document(tl, f, merge)
+        data = html_of(tl).encode("utf-8")
+        f.write(data)
+        return len(data)
+
+    return write_whole(out, write)
 
 
 COMMAND = Command(

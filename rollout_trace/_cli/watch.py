@@ -36,16 +36,11 @@ With --once: one frame, then exit 0, or 1 when it shows a stall.
 """
 
 
-def _interval(text: str) -> float:
-    value = stall_after_arg(text)
-    return value
-
-
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_paths(p)
     p.add_argument(
         "--interval",
-        type=_interval,
+        type=stall_after_arg,  # a number of seconds above 0, as that
         default=2.0,
         metavar="S",
         help="seconds between frames (default 2)",

@@ -25,6 +25,7 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -43,6 +44,7 @@ __all__ = [
     "Rate",
     "report_of",
     "spread",
+    "stall_kind",
 ]
 
 DEFAULT_STALL_AFTER = 600.0
@@ -181,19 +183,25 @@ def report_of(
     for (_, which), n in closed.items():
         tries[which] += n
     for run in tl.runs:
-        steps = lineage.trained(run)
         run_tries = Counter(
             {which: n for (where, which), n in closed.items() if where == run.run_id}
         )
         run_tries["unsealed"] = unsealed[run.run_id]
-        report = _run_report(run, lineage, run_tries, steps, stall_after)
+        # Each figure's values once: the run's spreads and the set's pooled ones.
+        values = _RunValues(
+            durations=list(_durations(run)),
+            steps=[(step, *_lags(step)) for step in lineage.trained(run)],
+            step_gaps=_gaps(t for _, t, _ in _marks(run, STEP)),
+            sync_gaps=_gaps(t for _, t, _ in _marks(run, WEIGHTS)),
+        )
+        report = _run_report(run, lineage, run_tries, values, stall_after)
         runs.append(report)
         attempts.update(report.attempts)
-        durations.extend(_durations(run))
-        lags.extend(v for step in steps for v in _lags(step)[0])
+        durations.extend(values.durations)
+        lags.extend(v for _, known, _ in values.steps for v in known)
         unknown += report.staleness.unknown
-        step_gaps += _gaps(t for _, t, _ in _marks(run, STEP))
-        sync_gaps += _gaps(t for _, t, _ in _marks(run, WEIGHTS))
+        step_gaps += values.step_gaps
+        sync_gaps += values.sync_gaps
     overall = spread(lags)
     return HealthReport(
         stall_after_s=stall_after,
@@ -225,16 +233,26 @@ def _lags(step: TrainedStep) -> tuple[list[float], int]:
     return known, unknown
 
 
+@dataclass
+class _RunValues:
+    """What a run's figures are spread over, each computed once."""
+
+    durations: list[float]
+    steps: list[tuple[TrainedStep, list[float], int]]  # each step, its lags, its unknowns
+    step_gaps: list[float]
+    sync_gaps: list[float]
+
+
 def _run_report(
     run: RunLine,
     lineage: Lineage,
     tries: Counter[str],
-    steps: list[TrainedStep],
+    values: _RunValues,
     stall_after: float,
 ) -> RunHealth:
     outcomes = Counter(a.outcome for a in run.attempts)
-    per_step = [(step, *_lags(step)) for step in steps]
-    overall = spread(v for _, values, _ in per_step for v in values)
+    per_step = values.steps
+    overall = spread(v for _, known, _ in per_step for v in known)
     return RunHealth(
         run_id=run.run_id,
         host=run.host,
@@ -245,7 +263,7 @@ def _run_report(
         stopped=run.run_id in lineage.after,
         attempts={k: outcomes.get(k, 0) for k in OUTCOMES},
         tries={k: tries.get(k, 0) for k in TRIES_COLUMNS},
-        duration_s=spread(_durations(run)),
+        duration_s=spread(values.durations),
         stalls=_stalls(run, stall_after),
         staleness=Staleness(
             attempts=overall.count,
@@ -263,12 +281,12 @@ def _run_report(
                     p50=s.p50,
                     max=s.max,
                 )
-                for step, values, u in per_step
-                for s in (spread(values),)
+                for step, known, u in per_step
+                for s in (spread(known),)
             ],
         ),
-        step_interval_s=spread(_gaps(t for _, t, _ in _marks(run, STEP))),
-        weight_sync_interval_s=spread(_gaps(t for _, t, _ in _marks(run, WEIGHTS))),
+        step_interval_s=spread(values.step_gaps),
+        weight_sync_interval_s=spread(values.sync_gaps),
         sealed_per_s=_rate([run]),
     )
 
@@ -288,17 +306,25 @@ def _durations(run: RunLine) -> Iterable[float]:
     return (a.end - a.start for a in run.attempts if a.started and a.end_seq >= 0)
 
 
+def stall_kind(open_s: float, at_clean_close: bool, stall_after: float) -> str | None:
+    """Whether a try open ``open_s`` seconds at its run's last event is a stall, and
+    which: open at a clean close no stop took up, or open too long; None if neither.
+    The one rule of ``report`` and ``watch``."""
+    if at_clean_close:
+        return "open_at_close"
+    if open_s > stall_after:
+        return "open_too_long"
+    return None
+
+
 def _stalls(run: RunLine, stall_after: float) -> list[Stall]:
     found = []
     for a in run.attempts:
         if not a.started or a.end_seq >= 0:
             continue
         open_s = run.last_time - a.start
-        if run.closed and a.fate is None:
-            kind = "open_at_close"
-        elif open_s > stall_after:
-            kind = "open_too_long"
-        else:
+        kind = stall_kind(open_s, run.closed and a.fate is None, stall_after)
+        if kind is None:
             continue
         found.append(
             Stall(

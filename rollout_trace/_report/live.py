@@ -38,6 +38,7 @@ from .._schema.events import (
     TraceClosed,
     TraceOpened,
 )
+from .health import stall_kind
 
 __all__ = ["Follower", "LiveRun", "LiveView", "RATE_WINDOW_S"]
 
@@ -276,10 +277,10 @@ class LiveView:
         for run in self.runs.values():
             for key, started in run.open_tries():
                 open_s = run.last_time - started
-                if run.closed and run.run_id not in stopped:
-                    found.append(LiveStall(run, key, open_s, "open_at_close"))
-                elif open_s > self.stall_after:
-                    found.append(LiveStall(run, key, open_s, "open_too_long"))
+                at_close = run.closed and run.run_id not in stopped
+                kind = stall_kind(open_s, at_close, self.stall_after)
+                if kind is not None:
+                    found.append(LiveStall(run, key, open_s, kind))
         found.sort(key=lambda s: -s.open_s)
         return found
 

@@ -8,11 +8,9 @@ run. Written as CSV (the standard library) or Parquet (pyarrow, the optional
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import os
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import msgspec
 
@@ -153,14 +151,13 @@ def write_csv(rows: Iterator[AttemptRow], out: IO[str]) -> int:
 _GROUP = 65_536
 
 
-def write_parquet(rows: Iterator[AttemptRow], path: str) -> int:
-    """Write the rows to a Parquet file; the rows written.
+def write_parquet(rows: Iterator[AttemptRow], out: BinaryIO) -> int:
+    """Write the rows as Parquet to the binary file ``out``; the rows written.
 
     Each column of ints is int64 when every value fits, a string column when
     every value is a str, and else a string column of each value's JSON text
     (``_kinds``). Parquet holds one type a column, so the rows are looked at
-    first. Written to a file beside ``path`` and renamed over it once
-    whole, so that a failure leaves no half-written file.
+    first.
     """
     try:
         import pyarrow as pa
@@ -178,21 +175,14 @@ def write_parquet(rows: Iterator[AttemptRow], path: str) -> int:
     for name, kind in kinds.items():
         types[name] = pa.int64() if kind == "int" else pa.string()
     schema = pa.schema([(name, types.get(name, pa.string())) for name in COLUMNS])
-    part_path = f"{path}.part"
-    try:
-        with pq.ParquetWriter(part_path, schema) as writer:
-            for i in range(0, max(len(held), 1), _GROUP):
-                columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-                for row in held[i : i + _GROUP]:
-                    for name, value in zip(COLUMNS, msgspec.structs.astuple(row), strict=True):
-                        columns[name].append(value)
-                for name, kind in kinds.items():
-                    if kind == "json":
-                        columns[name] = _as_text(columns[name])
-                writer.write_table(pa.table(columns, schema=schema))
-        os.replace(part_path, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(part_path)
-        raise
+    with pq.ParquetWriter(out, schema) as writer:
+        for i in range(0, max(len(held), 1), _GROUP):
+            columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+            for row in held[i : i + _GROUP]:
+                for name, value in zip(COLUMNS, msgspec.structs.astuple(row), strict=True):
+                    columns[name].append(value)
+            for name, kind in kinds.items():
+                if kind == "json":
+                    columns[name] = _as_text(columns[name])
+            writer.write_table(pa.table(columns, schema=schema))
     return len(held)
