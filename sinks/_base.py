@@ -39,6 +39,13 @@ class Sink:
 
     #: Query options this sink understands (``jsonl:///x.jsonl?fsync=batch``).
     options: ClassVar[frozenset[str]] = frozenset()
+    #: True for a sink whose ``write()`` stages what it accepts and delivers it
+    #: later (an object store, which cannot append, uploads whole objects).
+    #: The tracer then counts a batch written only once ``staged_bytes()``
+    #: says it was delivered, counts it lost if the sink stops first, answers
+    #: a ``flush()`` with True only when nothing is left staged, and flushes
+    #: the sink before it counts the run at its close.
+    stages: ClassVar[bool] = False
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         self.location = location
@@ -56,10 +63,22 @@ class Sink:
     def close(self) -> None:
         """Release the resource. Called once, also after a failed write."""
 
+    def staged_bytes(self) -> int:
+        """How many of the last bytes ``write()`` accepted are not yet delivered
+        (a staging sink's; called from the sink's thread after each call)."""
+        return 0
+
+    def why_staged(self) -> str | None:
+        """Why what is staged is not delivered yet (the last failure), if known."""
+        return None
+
     def discard(self) -> None:
         """Undo a successful ``open()``, leaving nothing behind (no file, no folder).
 
         Called instead of ``close()`` when another sink of the same tracer
-        failed to open, so the tracer does not open at all. Closes by default.
+        failed to open, so the tracer does not open at all; and for a staging
+        sink (``stages``) the tracer stopped, whose staged batches it counted
+        lost: such a sink drops what it stages rather than deliver it after
+        the counts. Closes by default.
         """
         self.close()

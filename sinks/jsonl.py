@@ -47,7 +47,7 @@ class JsonlSink(Sink):
 
     ``rotate_mb`` and/or ``rotate_s`` write the run in segments: the path (it
     must end in ``.jsonl`` or ``.jsonl.gz``) with a six-digit number before
-    that suffix (``trace-X.000000.jsonl``, ``trace-X.000001.jsonl``, ...;
+    that suffix (``trace-X.000001.jsonl``, ``trace-X.000002.jsonl``, ...;
     numbered on from the highest segment already there). A segment holds at
     most ``rotate_mb`` megabytes (10**6 bytes as written; a write is split at
     whole lines, a line longer than that takes a segment of its own) and is
@@ -319,13 +319,13 @@ def segment_path(base: str, n: int) -> str:
 
 
 def _next_segment(base: str) -> int:
-    """The number after the highest segment of ``base`` already there (0 for none)."""
+    """The number after the highest segment of ``base`` already there (1 for none)."""
     stem, tail = _split(base)
     head = os.path.basename(stem) + "."
     try:
         names = os.listdir(os.path.dirname(base))
     except OSError:
-        return 0  # no folder yet: open makes it
+        return 1  # no folder yet: open makes it
     found = []
     for name in names:
         number = name[len(head) : len(name) - len(tail)]
@@ -337,7 +337,7 @@ def _next_segment(base: str) -> int:
             and number.isdigit()
         ):
             found.append(int(number))
-    return max(found) + 1 if found else 0
+    return max(found) + 1 if found else 1
 
 
 def _plan(path: str) -> tuple[list[str], bool]:

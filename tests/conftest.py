@@ -4,6 +4,7 @@ import logging
 
 import pytest
 from plugin_sinks import plugins  # noqa: F401 - a fixture
+from s3server import s3, s3_server  # noqa: F401 - fixtures: a real S3-compatible server
 
 import rollout_trace  # noqa: F401 - the logger exists before caplog looks
 

@@ -16,8 +16,10 @@ import msgspec
 from .._analysis.copies import VERSION, Conflicts, CopyCheck
 from .._analysis.cost import gc_paused
 from .._analysis.seqs import SeqSet
+from .._errors import TraceReadError
 from .._reading.paths import expand_paths
 from .._reading.reader import Problems, ReadProblem, iter_blocks
+from .._reading.stores import is_url, url_size
 from .._schema.decoding import UnknownEvent
 from .._schema.events import Event
 from .._timeline.fold import TimelineFold
@@ -54,7 +56,10 @@ def add_paths(parser: argparse.ArgumentParser) -> None:
         "paths",
         nargs="+",
         metavar="PATHS",
-        help="trace files (.jsonl, .jsonl.gz), globs such as 'runs/*.jsonl', or folders",
+        help=(
+            "trace files (.jsonl, .jsonl.gz), globs such as 'runs/*.jsonl', or folders; "
+            "object store URLs such as 's3://bucket/runs/*.jsonl' too"
+        ),
     )
 
 
@@ -94,28 +99,30 @@ def progress_for(files: Sequence[str]) -> _Progress | None:
 
 def _size(path: str) -> int:
     try:
-        return os.path.getsize(path)
-    except OSError:
+        return url_size(path) if is_url(path) else os.path.getsize(path)
+    except (OSError, TraceReadError):
         return 0  # gone since it was listed: its read says so
 
 
 def trace_files(paths: Sequence[str]) -> list[str]:
-    """The files that ``paths`` (files, globs, folders) name, each once."""
+    """The files that ``paths`` (files, globs, folders, URLs) name, each once: what a
+    command lists, once, and reads (``blocks``)."""
     return expand_paths(paths)
 
 
 def blocks(
-    paths: Sequence[str], problems: Problems, *, lean: bool = False
+    files: Sequence[str], problems: Problems, *, lean: bool = False
 ) -> Iterator[tuple[str, list[Event | UnknownEvent], Sequence[int]]]:
-    """The trace set's event blocks, with progress on stderr for large inputs.
+    """The event blocks of ``files`` (``trace_files``, not listed again), with progress
+    on stderr for large inputs.
 
-    ``paths`` may be what the user gave or ``trace_files`` of it. ``lean`` is
-    for the cost analysis only: see ``_reading.reader.iter_blocks``.
+    A name a listing gave is that file or object, whatever characters it holds;
+    and an object's size and etag are the listing's, with no request more.
+    ``lean`` is for the cost analysis only: see ``_reading.reader.iter_blocks``.
     """
-    files = expand_paths(paths)
     progress = progress_for(files)
     try:
-        yield from iter_blocks(files, problems, on_bytes=progress, lean=lean)
+        yield from iter_blocks(files, problems, on_bytes=progress, lean=lean, listed=True)
     finally:
         if progress is not None:
             progress.clear()
@@ -188,7 +195,7 @@ def output_error(out: str, suffixes: Mapping[str, str], files: Sequence[str]) ->
         allowed = "; ".join(f"{s} for {what}" for s, what in suffixes.items())
         shown = f"suffix {suffix!r}" if suffix else "no suffix"
         return f"output {out!r} has {shown}; the output kind follows the suffix: {allowed}"
-    if os.path.exists(out) and any(os.path.samefile(out, f) for f in files):
+    if os.path.exists(out) and any(not is_url(f) and os.path.samefile(out, f) for f in files):
         return (
             f"output {out!r} is one of the trace files read; writing it would destroy that "
             "trace: choose another -o"

@@ -18,8 +18,11 @@ a pipe only the parent holds open, and leaves when it closes.
 
 Workers open the files by their paths, so a path another process cannot
 open as this one does (a pipe, ``<(...)``, ``/dev/stdin``) is read in one
-process; where worker processes cannot be started (no usable ``/dev/shm``),
-``NoWorkers`` says why, and the caller reads in one process too.
+process. An object store URL is opened by the workers too, each through a
+filesystem of its own (fsspec's are per process), with this process's
+environment (the store's endpoint and credentials) as it is now. Where
+worker processes cannot be started (no usable ``/dev/shm``), ``NoWorkers``
+says why, and the caller reads in one process too.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from .._analysis.cost import CostAnalysis, gc_paused
 from .._errors import RolloutTraceError
 from .._reading.pieces import WHOLE, Piece, plan
 from .._reading.reader import TextRange, iter_blocks
+from .._reading.stores import is_url, known, remember
 from .common import BadLines, progress_for
 
 __all__ = [
@@ -102,9 +106,17 @@ _bytes: Any = None
 _current = -1
 
 
-def _start_worker(state: Any, done_bytes: Any, parent: Connection) -> None:
+def _start_worker(
+    state: Any, done_bytes: Any, parent: Connection, environ: dict[str, str] | None
+) -> None:
     global _state, _bytes
     _state, _bytes = state, done_bytes
+    if environ is not None:
+        # The parent's environment as the command began, not as the forkserver
+        # found it when it started (an earlier command of the same program):
+        # an object store's client reads its endpoint and credentials there.
+        os.environ.clear()
+        os.environ.update(environ)
     # Ctrl-C reaches the whole process group: the parent ends the workers at
     # work, and the others leave when the pool shuts down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -135,9 +147,19 @@ def _count_bytes(n: int) -> None:
         _bytes.value += n
 
 
-def fold_pieces(task: Sequence[tuple[int, Piece]], history: bool = True) -> Folded:
-    """Fold the pieces of one task (each with its place in the plan) into one analysis."""
+def fold_pieces(
+    task: Sequence[tuple[int, Piece]],
+    history: bool = True,
+    listed: dict[str, dict[str, Any]] | None = None,
+) -> Folded:
+    """Fold the pieces of one task (each with its place in the plan) into one analysis.
+
+    ``listed`` is what the caller's listing found of the task's objects
+    (``stores.known``): they are opened with no request more.
+    """
     global _current
+    if listed:
+        remember(listed)
     analysis = CostAnalysis(copies_later=True, history=history)
     out = Folded(analysis, [], [])
     on_bytes = None if _bytes is None else _count_bytes
@@ -155,7 +177,7 @@ def fold_pieces(task: Sequence[tuple[int, Piece]], history: bool = True) -> Fold
             problems = BadLines()
             if piece.end == WHOLE:
                 for path, events, _ in iter_blocks(
-                    [piece.path], problems, on_bytes=on_bytes, lean=True
+                    [piece.path], problems, on_bytes=on_bytes, lean=True, listed=True
                 ):
                     analysis.add(events, source=path)
                 lines = 0  # no piece of the file comes after it
@@ -216,7 +238,10 @@ def shared(path: str) -> bool:
 
     Not a pipe or a device, and not a path through ``/proc`` or ``/dev/fd``
     (``/dev/stdin``, ``<(...)``): another process opens its own ``/dev/stdin``.
+    An object store URL is opened by any process alike.
     """
+    if is_url(path):
+        return True
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False
@@ -304,14 +329,18 @@ def _start(
         # Shared memory: a file in /dev/shm, which may be missing or read-only.
         state = ctx.Array("q", len(pieces), lock=False)
         done_bytes: Any = ctx.Value("q", 0)
+        environ = dict(os.environ) if any(is_url(p.path) for p in pieces) else None
         pool = ProcessPoolExecutor(
             max_workers=workers,
             mp_context=ctx,
             initializer=_start_worker,
-            initargs=(state, done_bytes, watch),
+            initargs=(state, done_bytes, watch, environ),
         )
         # Workers are started here (the tasks come largest first).
-        futures = {pool.submit(fold_pieces, [(i, pieces[i]) for i in t], history): t for t in tasks}
+        futures = {
+            pool.submit(fold_pieces, [(i, pieces[i]) for i in t], history, _listed(pieces, t)): t
+            for t in tasks
+        }
     except (OSError, ImportError) as exc:  # ImportError: a platform without sem_open
         if pool is not None:
             for at in state:
@@ -320,6 +349,11 @@ def _start(
             pool.shutdown(wait=False, cancel_futures=True)
         raise NoWorkers(f"cannot start worker processes ({exc})") from None
     return pool, futures, state, done_bytes
+
+
+def _listed(pieces: Sequence[Piece], task: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """What the listing found of the objects of ``task``'s pieces, for its worker."""
+    return known(pieces[i].path for i in task)
 
 
 def _end(pid: int) -> None:
@@ -353,7 +387,10 @@ def fold_in_ray(files: Sequence[str], *, history: bool = True) -> tuple[CostAnal
         pieces, tasks = plan(files, cpus)
         merge = _Merge(pieces, history)
         remote: Callable[..., Any] = ray.remote(max_retries=0)(fold_pieces).remote
-        refs = {remote([(i, pieces[i]) for i in task], history): task for task in tasks}
+        refs = {
+            remote([(i, pieces[i]) for i in task], history, _listed(pieces, task)): task
+            for task in tasks
+        }
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)

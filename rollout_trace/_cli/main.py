@@ -133,7 +133,7 @@ def _main(argv: Sequence[str] | None, *, program: bool) -> int:
         return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
-    except OSError as exc:  # a read that failed half way (a failing disk, NFS)
+    except OSError as exc:  # a read that failed half way (a failing disk, NFS, a store)
         print(f"rollout-trace {command.name}: error: {exc}", file=sys.stderr)
         return 1
 

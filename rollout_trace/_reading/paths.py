@@ -2,7 +2,8 @@
 
 Everything that would stop a read part way is found here, before a byte is
 read: a path that does not exist, a folder that cannot be listed, a symbolic
-link to nothing or to itself, a file that cannot be read.
+link to nothing or to itself, a file that cannot be read. An object store URL
+(``s3://bucket/prefix/*.jsonl``) is listed through fsspec (``stores``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import stat
 from collections.abc import Iterable, Iterator
 
 from .._errors import TraceReadError
+from .stores import STORES, expand_url, foreign_scheme, is_url, url_key
 
 __all__ = ["expand_paths"]
 
@@ -31,17 +33,34 @@ def expand_paths(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]
     does not exist, a folder that cannot be listed, a symbolic link that leads
     nowhere or in a circle, and a file that cannot be read raise
     ``TraceReadError``.
+
+    A URL of an object store (``s3://``, ``gs://``, ``az://``: ``stores``)
+    names an object, a glob of them, or a prefix standing for its ``*.jsonl``
+    and ``*.jsonl.gz`` objects, as a folder does; an object is read once,
+    under its first URL (``s3://`` and ``s3a://`` name the same objects).
     """
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not items:
         raise TraceReadError("no trace files given: pass at least one path or glob")
-    files: dict[tuple[int, int], str] = {}
+    files: dict[tuple[int, int] | str, str] = {}
     for item in items:
         if not isinstance(item, (str, os.PathLike)):
             raise TraceReadError(
                 f"trace path {item!r} is a {type(item).__name__}; expected a str or a path"
             )
-        for path, st in _expand(os.fspath(item)):
+        text = os.fspath(item)
+        if is_url(text):
+            for url in expand_url(text):
+                files.setdefault(url_key(url), url)
+            continue
+        scheme = foreign_scheme(text)
+        if scheme is not None and not os.path.lexists(text):
+            stores = ", ".join(f"{s}://" for s in STORES)
+            raise TraceReadError(
+                f"trace path {text!r}: {scheme}:// is no object store read here; give a local "
+                f"path, or a URL of one of {stores}"
+            )
+        for path, st in _expand(text):
             if not os.access(path, os.R_OK):
                 raise TraceReadError(f"trace file {path!r} cannot be read: permission denied")
             files.setdefault((st.st_dev, st.st_ino), path)

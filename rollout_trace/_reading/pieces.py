@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from .._errors import TraceReadError
 from .reader import is_text
+from .stores import is_url, url_size
 
 __all__ = ["WHOLE", "Piece", "plan"]
 
@@ -82,6 +83,8 @@ def plan(files: Sequence[str], jobs: int) -> tuple[list[Piece], list[list[int]]]
 
 
 def _size(path: str) -> int:
+    if is_url(path):
+        return url_size(path)
     try:
         return os.stat(path).st_size
     except FileNotFoundError:

@@ -15,7 +15,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, Union
+from typing import Any, BinaryIO, Union, cast
 
 import msgspec
 
@@ -24,6 +24,7 @@ from .._schema.decoding import AnyEvent, bounded, decode_one, decoders
 from .gunzip import Cut, gunzip
 from .lean import lean_decoder, lean_holds_real_classes
 from .paths import expand_paths
+from .stores import is_url, open_url
 
 __all__ = [
     "ReadProblem",
@@ -32,6 +33,7 @@ __all__ = [
     "read_located",
     "iter_blocks",
     "is_text",
+    "open_trace",
     "TextRange",
 ]
 
@@ -143,11 +145,7 @@ class _Source:
         self._on_bytes = on_bytes
 
     def chunks(self) -> Iterator[bytes | Cut]:
-        try:
-            f: BinaryIO = open(self.path, "rb")  # noqa: SIM115
-        except OSError as exc:
-            raise TraceReadError(f"cannot open trace file {self.path!r}: {exc}") from exc
-        with f:
+        with open_trace(self.path) as f:
             first = f.read(_CHUNK)
             if _is_gzip(first, self.path.endswith(".gz")):
                 yield from gunzip(f, first, self._on_bytes)
@@ -159,16 +157,25 @@ class _Source:
                 first = f.read(_CHUNK)
 
 
+def open_trace(path: str, *, ahead: bool = True) -> BinaryIO:
+    """The trace file ``path`` opened for reading (an object store's object streamed,
+    read ahead unless ``ahead=False``: ``stores``); a failure to open is a ``TraceReadError``."""
+    if is_url(path):
+        # Read as a binary file is: read, seek, tell and close (``stores.StoreFile``).
+        return cast(BinaryIO, open_url(path, ahead=ahead))
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise TraceReadError(f"cannot open trace file {path!r}: {exc}") from exc
+
+
 def is_text(path: str) -> bool:
     """Whether ``iter_blocks`` reads the file at ``path`` as plain text (not gzip).
 
     Only such a file can be read in byte ranges (``TextRange``).
     """
-    try:
-        with open(path, "rb") as f:
-            first = f.read(_CHUNK)
-    except OSError as exc:
-        raise TraceReadError(f"cannot open trace file {path!r}: {exc}") from exc
+    with open_trace(path, ahead=False) as f:  # an object: its first chunk, no more
+        first = f.read(_CHUNK)
     return not _is_gzip(first, path.endswith(".gz"))
 
 
@@ -176,11 +183,7 @@ def _range_chunks(
     path: str, start: int, end: int, on_bytes: Callable[[int], None] | None
 ) -> Iterator[bytes]:
     """The bytes of the lines of ``path`` that ``TextRange(path, start, end)`` holds."""
-    try:
-        f: BinaryIO = open(path, "rb")  # noqa: SIM115
-    except OSError as exc:
-        raise TraceReadError(f"cannot open trace file {path!r}: {exc}") from exc
-    with f:
+    with open_trace(path) as f:
         pos = start
         f.seek(start)
         buf = f.read(_CHUNK)
@@ -441,6 +444,7 @@ def iter_blocks(
     *,
     on_bytes: Callable[[int], None] | None = None,
     lean: bool = False,
+    listed: bool = False,
 ) -> Iterator[tuple[str, list[Any], Sequence[int]]]:
     """Blocks of ``(file, events, line numbers)``, in file order.
 
@@ -450,9 +454,10 @@ def iter_blocks(
     built-in events into their twins in ``lean`` (for the cost analysis);
     lines in a block with a bad line, and a line that spans two reads, may
     come as real events instead. Which lines are read is the same either way.
+    ``listed``: ``paths`` are ``expand_paths``'s, read as named, not listed again.
     """
     many = _many(lean)
-    for path in expand_paths(paths):
+    for path in cast("list[str]", paths) if listed else expand_paths(paths):
         yield from _Lines(path, problems, many).read(_Source(path, on_bytes).chunks())
 
 

@@ -6,7 +6,9 @@ last line waits for its end); a gzip file is inflated again when it grows,
 up to where its members end, and the lines already taken are passed over.
 ``LiveView`` folds each event in as it comes: per run, its tries open now,
 its seals, its last event; every event goes to a ``CostAnalysis`` too, for
-the figures of the last stop. A line read twice (two sinks, a file copied)
+the figures of the last stop. An object store's objects (``s3://``) are
+followed alike, by their size, etag and first bytes, what is new read in a
+range. A line read twice (two sinks, a file copied)
 counts once: each run's seqs are kept as ranges (``SeqSet``).
 
 Times are the trace's own: the rate of seals is over the last minute of the
@@ -28,6 +30,7 @@ from .._analysis.figures import StopCost
 from .._analysis.seqs import SeqSet
 from .._errors import TraceReadError
 from .._reading.paths import expand_paths
+from .._reading.stores import NothingThere, is_url, open_url, url_key
 from .._schema.decoding import decode_one
 from .._schema.events import (
     AttemptAbandoned,
@@ -58,6 +61,7 @@ class _File:
     pending: bytes = b""  # a torn last line, so far
     inflater: Any = None  # a gzip file's member being inflated
     broken: bool = False  # gzip damage: nothing more is read of this file
+    etag: str | None = None  # an object's etag at the last look
 
 
 # Bytes compared at the head of a file to tell it is still the same one.
@@ -80,41 +84,39 @@ class Follower:
         self._first = True
 
     def _names(self) -> list[str]:
-        out: list[str] = []
+        out: dict[str, str] = {}
         for p in self.paths:
             try:
-                out += expand_paths(p)
-            except TraceReadError:
-                # A glob with no match yet and a folder with no trace yet wait;
-                # a file must be there at the start.
-                if self._first and not glob.has_magic(p) and not os.path.isdir(p):
+                names = expand_paths(p)
+            except TraceReadError as exc:
+                # A glob with no match yet and a folder with no trace yet wait
+                # (a prefix or a bucket, with its closing slash or not); a file
+                # must be there at the start, and a store must answer.
+                if is_url(p):
+                    waits = isinstance(exc, NothingThere) and (
+                        exc.prefix or glob.has_magic(p) or p.endswith("/")
+                    )
+                else:
+                    waits = glob.has_magic(p) or os.path.isdir(p)
+                if self._first and not waits:
                     raise
+                continue
+            for name in names:
+                out.setdefault(url_key(name) if is_url(name) else name, name)
         self._first = False
-        return list(dict.fromkeys(out))
+        return list(out.values())
 
     def lines(self) -> Iterator[bytes]:
         for name in self._names():
-            state = self.files.setdefault(name, _File())
             try:
-                with open(name, "rb") as f:
-                    st = os.fstat(f.fileno())
-                    head = f.read(_HEAD)
-                    ident = (st.st_dev, st.st_ino)
-                    same = (
-                        ident == state.ident
-                        and st.st_size >= state.offset
-                        and head[: len(state.head)] == state.head
-                    )
-                    if not same:
-                        self.files[name] = state = _File(ident=ident)
-                    state.head = head
-                    if st.st_size == state.size or state.broken:
-                        continue
-                    state.size = st.st_size
-                    f.seek(state.offset)
-                    data = f.read()
-            except OSError:
-                continue  # gone since it was listed, or unreadable now: looked at again later
+                got = self._object(name) if is_url(name) else self._file(name)
+            except (OSError, TraceReadError):
+                # Gone since it was listed, unreadable now, or the store did not
+                # answer: looked at again later, as if this look had not been.
+                continue
+            if got is None:
+                continue
+            state, data = got
             state.offset += len(data)
             if name.endswith(".gz"):
                 data = self._inflate(state, data)
@@ -122,6 +124,80 @@ class Follower:
             cut = data.rfind(b"\n") + 1
             state.pending = data[cut:]
             yield from data[:cut].splitlines()
+
+    def _file(self, name: str) -> tuple[_File, bytes] | None:
+        """The state of the file ``name`` and its bytes since the last look, if it grew.
+
+        What is seen is kept only once it is read: a read that fails leaves the
+        state as the last look left it, and the next look reads it again.
+        """
+        with open(name, "rb") as f:
+            st = os.fstat(f.fileno())
+            head = f.read(_HEAD)
+            state = self._look(name, (st.st_dev, st.st_ino), st.st_size, head)
+            data = None
+            if st.st_size != state.size and not state.broken:
+                f.seek(state.offset)
+                data = f.read()
+        return self._keep(name, state, head, st.st_size, None, data)
+
+    def _object(self, name: str) -> tuple[_File, bytes] | None:
+        """The same for an object store's object, read in ranges.
+
+        An object the sink uploads again under its key is its bytes before and
+        more (whole lines, or whole gzip members): what is new is read from the
+        size at the last look. An object that is shorter, that begins with
+        other bytes, or that changed (its etag) with no byte more was written
+        anew: it is read from its start. Its size and etag are the listing's:
+        an object that did not change costs no request.
+        """
+        state = self.files.get(name)
+        with open_url(name, ahead=False) as f:
+            size, etag = f.size, f.etag  # what the listing (or the open) found
+            if state is not None and etag == state.etag and size == state.size:
+                return None  # unchanged: not even its head is read
+            anew = state is not None and etag != state.etag and size <= state.size
+            head = f.read(_HEAD)
+            state = self._look(name, (0, 0), size, head, anew=anew)
+            data = None
+            if size != state.size and not state.broken:
+                f.seek(state.offset)
+                data = f.read()
+        return self._keep(name, state, head, size, etag, data)
+
+    def _look(
+        self, name: str, ident: tuple[int, int], size: int, head: bytes, *, anew: bool = False
+    ) -> _File:
+        """The state of the file at ``name``: a new one if it is another file now
+        (or ``anew``), kept only by ``_keep``."""
+        state = self.files.get(name)
+        if (
+            state is None
+            or anew
+            or ident != state.ident
+            or size < state.offset
+            or head[: len(state.head)] != state.head
+        ):
+            state = _File(ident=ident)
+        return state
+
+    def _keep(
+        self,
+        name: str,
+        state: _File,
+        head: bytes,
+        size: int,
+        etag: str | None,
+        data: bytes | None,
+    ) -> tuple[_File, bytes] | None:
+        """Keep what a look saw of ``name``, once it is read: its first bytes, size
+        and etag, and its bytes since the last look (``data``; None: none to read)."""
+        self.files[name] = state
+        state.head, state.etag = head, etag
+        if data is None:
+            return None
+        state.size = size
+        return state, data
 
     def _inflate(self, state: _File, data: bytes) -> bytes:
         """What new gzip bytes inflate to: member after member, the last one as far

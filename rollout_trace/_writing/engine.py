@@ -43,6 +43,9 @@ _INF = math.inf
 # The share of the close deadline spent draining; the rest is for trace_closed
 # and closing the sinks.
 DRAIN_SHARE = 0.8
+# At a close, how long to wait before asking a staging sink that could not
+# deliver (its store is down) to try again.
+RETRY_STAGED_S = 0.5
 # A sink's thread with batches to write that has not had the GIL for this long
 # (two switch intervals) is starved by the thread that holds it.
 STARVED = 0.01
@@ -350,7 +353,7 @@ class Engine:
         if not mark.done.is_set() or self.first_lost < boundary:
             return False
         live = self.live_sinks
-        return bool(live) and all(r.first_lost >= boundary for r in live)
+        return bool(live) and all(r.first_missing >= boundary for r in live)
 
     def closing(self, next_seq: int, deadline: float) -> Steps[bool]:
         """Let the sinks write what they hold, write ``trace_closed``, close them.
@@ -370,6 +373,37 @@ class Engine:
         for runner in self.runners:
             if not runner.idle:
                 runner.fail("did not write what it held before the close deadline")
+        # A sink that stages what it accepts (an object store) delivers it now,
+        # so that trace_closed counts only what is really there.
+        # A store that is down is tried again until the drain's share of the
+        # deadline is over.
+        staging = [r for r in self.runners if r.unsent]
+        longest = 0.0  # the longest try so far
+        while staging:
+            began = time.monotonic()
+            mark = FlushMark(len(staging))
+            for runner in staging:
+                runner.mark(mark)
+
+            def delivered(mark: FlushMark = mark) -> bool:
+                self.check_stalls()
+                return mark.done.is_set()
+
+            yield Wait(delivered, drain_by)
+            staging = [r for r in staging if r.unsent]
+            # Tried again only if a try as long as the longest so far still
+            # ends by then: a try is not cut short (a direct sink's flush is
+            # the sync tracer's writer thread), and one begun just before the
+            # drain's end would hold the close past its deadline.
+            now = time.monotonic()
+            longest = max(longest, now - began)
+            pause = min(RETRY_STAGED_S, drain_by - now - longest)
+            if not staging or pause <= 0:
+                break
+            yield Wait(lambda: False, time.monotonic() + pause)
+        for runner in staging:
+            if runner.unsent:
+                runner.fail(runner.undelivered_reason())
         final = self.finalize(next_seq)
         self.write_lifecycle(final)
         for runner in self.runners:

@@ -22,6 +22,7 @@ import math
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -117,6 +118,11 @@ class SinkRunner:
         self.sink = sink
         self.cap = cap  # events this sink may have queued before it loses batches
         self.direct = direct  # written and flushed by the caller of submit() and mark()
+        # A sink that stages what it accepts (``Sink.stages``): its batches
+        # count as written once it says they are delivered (``staged_bytes``).
+        self.stages = type(sink).stages
+        self._accepted = 0  # bytes its write() accepted (the thread that writes only)
+        self._unsent: deque[tuple[int, list[Batch]]] = deque()  # (end offset, batches)
         self._piece = _MIN_PIECE  # a direct sink's bytes per call (_write_pieces)
         self._on_progress = on_progress
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -157,6 +163,25 @@ class SinkRunner:
         """Nothing handed is still waiting to be written."""
         return self._handed == self._done or not self.live
 
+    @property
+    def unsent(self) -> bool:
+        """A staging sink holds batches it accepted and has not delivered."""
+        return bool(self._unsent) and self.live
+
+    @property
+    def first_missing(self) -> float:
+        """The lowest seq handed to this sink that it lost or has not delivered yet."""
+        # The first batch of events among those waiting: a lifecycle line
+        # (trace_opened, n == 0) has no seq to miss. Under the lock: the
+        # sink's thread takes delivered batches off meanwhile.
+        with self.lock:
+            if self.live:
+                for _, batches in self._unsent:
+                    for batch in batches:
+                        if batch.n:
+                            return min(self.first_lost, batch.first_seq)
+            return self.first_lost
+
     def submit(self, data: bytes, batch: Batch) -> None:
         if not self.live:
             self._lose(batch.n, batch.first_seq)
@@ -189,7 +214,7 @@ class SinkRunner:
             mark.sink_done(False)
             return
         if self.direct:
-            mark.sink_done(self._call(self.sink.flush, "flush"))
+            mark.sink_done(self._flush())
             self._on_progress()
             return
         with self.lock:
@@ -239,6 +264,10 @@ class SinkRunner:
         if self._handed != self._done:
             # What it held is lost to it; its seqs are not known here.
             self.first_lost = min(self.first_lost, 0)
+        while self._unsent:  # staged, never delivered
+            for batch in self._unsent.popleft()[1]:
+                self.lost += batch.n
+                self.first_lost = min(self.first_lost, batch.first_seq)
         marks, self._marks = self._marks, []
         return marks
 
@@ -299,8 +328,7 @@ class SinkRunner:
                     if ours:
                         self._marks.remove(call)
                 if ours:  # else fail() already counted it
-                    ok = self._call(self.sink.flush, "flush")
-                    call.sink_done(ok)
+                    call.sink_done(self._flush())
                     self._on_progress()
                 call = None
                 continue
@@ -361,7 +389,11 @@ class SinkRunner:
         ok = self.live and self._call(self.sink.write, "write", data)
         n = sum(batch.n for batch in batches)
         with self.lock:
-            if ok and self.live:
+            if ok and self.live and self.stages:
+                self._accepted += len(data)
+                self._unsent.append((self._accepted, batches))
+                self._settle()
+            elif ok and self.live:
                 self.written += n
                 # Under the lock, with the sink's own count: a run given up
                 # at its deadline fixes both at one instant.
@@ -375,6 +407,38 @@ class SinkRunner:
         if self._handed == self._done:
             self.behind_since = _INF
         self._on_progress()
+
+    def _settle(self) -> None:
+        """Count what a staging sink has delivered (under ``lock``)."""
+        try:
+            staged = self.sink.staged_bytes()
+        except BaseException:  # a plugin's bug must not stop the writer; nothing counts
+            return
+        delivered = self._accepted - staged
+        unsent = self._unsent
+        while unsent and unsent[0][0] <= delivered:
+            for batch in unsent.popleft()[1]:
+                self.written += batch.n
+                batch.ack()
+
+    def undelivered_reason(self) -> str:
+        """Why a staging sink's batches are lost at the close: what it says of them."""
+        try:
+            why = self.sink.why_staged()
+        except BaseException as exc:  # a plugin's bug
+            why = f"{type(exc).__name__}: {exc}"
+        reason = "did not deliver what it staged before the close deadline"
+        return f"{reason}: {why}" if why else reason
+
+    def _flush(self) -> bool:
+        """Flush; for a staging sink, ``True`` only if it delivered all it accepted."""
+        ok = self._call(self.sink.flush, "flush")
+        if ok and self.stages:
+            with self.lock:
+                if self.live:
+                    self._settle()
+                ok = self.live and not self._unsent
+        return ok
 
     def _call(self, method: Callable[..., None], action: str, *args: Any) -> bool:
         with self.lock:  # a sink stopped (given up) starts no call after it
@@ -392,6 +456,11 @@ class SinkRunner:
         return True
 
     def _end(self, discard: bool) -> None:
+        if self.stages and not self.live:
+            # Stopped: what the sink still stages was counted lost, and is
+            # dropped rather than delivered after the counts (and a store
+            # that is down does not hold the close up until it gives up).
+            discard = True
         try:
             (self.sink.discard if discard else self.sink.close)()
         except BaseException as exc:

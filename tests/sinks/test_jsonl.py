@@ -85,7 +85,7 @@ def test_segments_stay_within_their_size_and_read_as_one_run(
     # megabytes, which a segment must still split at its size.
     _emit(f"jsonl://{tmp_path}/t{suffix}?rotate_mb={limit / 1e6}", 20_000)
     paths = sorted(tmp_path.glob(f"t.*{suffix}"))
-    assert [p.name for p in paths] == [f"t.{i:06d}{suffix}" for i in range(len(paths))]
+    assert [p.name for p in paths] == [f"t.{i:06d}{suffix}" for i in range(1, len(paths) + 1)]
     assert len(paths) >= 3
     sizes = [p.stat().st_size for p in paths]
     lines = [line for p in paths for line in unpack(p.read_bytes()).splitlines()]
@@ -144,7 +144,7 @@ def test_a_path_written_again_numbers_on_from_its_last_segment(tmp_path: Path) -
     _emit(uri, 10)
     _emit(uri, 10)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["t.000000.jsonl", "t.000001.jsonl", "t.20261204.jsonl"]
+    assert names == ["t.000001.jsonl", "t.000002.jsonl", "t.20261204.jsonl"]
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,12 @@ are counted and compared with its own figure in ``trace_closed.sinks``.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import otlp_receiver
 import pytest
+from s3server import BUCKET, S3Server
 from samples import ROLLOUT_SAMPLES
 from tracecheck import only_run
 from writing.harness import DRIVERS, IDS, Driver, Handle, run_child
@@ -58,11 +60,21 @@ def _via_child(stream: str, driver: Driver) -> bytes:
     return proc.stderr
 
 
-def _segments(folder: Path, pattern: str, unpack: Callable[[bytes], bytes]) -> bytes:
-    """A rotated file's segments, each a whole file, in their order (at least two)."""
+def _segments(
+    folder: Path, pattern: str, unpack: Callable[[bytes], bytes], *, at_least: int = 2
+) -> bytes:
+    """A rotated file's segments, each a whole file, in their order (``at_least`` of them)."""
     paths = sorted(folder.glob(pattern))
-    assert len(paths) >= 2, paths
+    assert len(paths) >= at_least, paths
     return b"".join(unpack(p.read_bytes()) for p in paths)
+
+
+def _fetch(store: S3Server, prefix: str, folder: Path) -> None:
+    """What the store really holds under ``prefix``, read with boto's own client, as files."""
+    for key, body in store.objects(prefix).items():
+        path = folder / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
 
 
 def _memory(sinks: list[object]) -> bytes:
@@ -96,8 +108,34 @@ SINKS: list[tuple[str, Callable[[Path], str], Callable[[Path, list[object], Driv
     ("memory", lambda d: "memory://", lambda d, s, r: _memory(s)),
     ("stdout", lambda d: "stdout://", lambda d, s, r: _via_child("stdout", r)),
     ("stderr", lambda d: "stderr://", lambda d, s, r: _via_child("stderr", r)),
+    # OpenTelemetry log records, read back from what a real OTLP/HTTP receiver
+    # (tests/otlp_receiver.py) decoded from the requests it took.
+    (
+        "otlp",
+        lambda d: otlp_receiver.shared_uri(),
+        lambda d, s, r: otlp_receiver.shared().lines(),
+    ),
+    # Objects in a real S3-compatible server (tests/s3server.py), fetched with
+    # boto's own client into "s3/" and read back in their order: one segment
+    # (t.000001.jsonl), then gzip segments of 20 kB, each a whole object.
+    (
+        "s3",
+        lambda d: f"s3://{BUCKET}/contract/t.jsonl",
+        lambda d, s, r: _segments(d / "s3/contract", "t.*.jsonl", lambda b: b, at_least=1),
+    ),
+    (
+        "s3.gz rotated",
+        lambda d: f"s3://{BUCKET}/contract/t.jsonl.gz?rotate_mb=0.02",
+        lambda d, s, r: _segments(d / "s3/contract", "t.*.jsonl.gz", gzip.decompress),
+    ),
 ]
 IN_A_CHILD = ("stdout", "stderr")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_the_otlp_receiver() -> Iterator[None]:
+    yield
+    otlp_receiver.stop_shared()
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
@@ -108,9 +146,14 @@ def test_every_sink_gets_every_event_once_and_counts_it(
     read: Callable[[Path, list[object], Driver], bytes],
     driver: Driver,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     uri = make_uri(tmp_path)
+    # The store's fixture: an empty bucket, the client's variables pointing at it.
+    store: S3Server | None = request.getfixturevalue("s3") if uri.startswith("s3://") else None
     sinks = [] if name in IN_A_CHILD else driver.run([uri], _scenario, batch_size=512).value
+    if store is not None:
+        _fetch(store, "contract/", tmp_path / "s3")
     data = read(tmp_path, sinks, driver)
     run = only_run(data, uri=uri)  # the sink's own count is the lines really there
     assert run.closed is not None

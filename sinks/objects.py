@@ -1,0 +1,447 @@
+"""``s3://``, ``gs://``, ``az://``: a run in an object store, in whole objects, through fsspec.
+
+An object store cannot append, so the sink stages what it is given in memory
+and uploads each segment whole: when it is full (``rotate_mb``) or old
+(``rotate_s``), at ``flush()``, every ``upload_s`` seconds while batches come,
+and at the close. A segment uploaded again under the same key is its last
+upload plus more: more lines, or for gzip more whole members (each upload
+closes one), so a reader may read on from where it stopped.
+
+The tracer counts a batch written only once the upload that holds it is done
+(``Sink.stages``). A failed upload is retried with backoff, at the next
+batch or flush once the backoff is over; the trouble is logged once per
+outage, and what waits is kept staged. Uploads that keep failing for
+``retry_s`` seconds, or more staged than ``_MAX_STAGED`` bytes, stop the sink:
+the tracer reports it once and counts what it held as lost.
+
+The filesystem is fsspec's for the scheme, configured as its users already
+configure it: the standard variables (``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, ...) and fsspec's own configuration
+(``FSSPEC_S3_*``, its config files).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib.util
+import logging
+import math
+import posixpath
+import time
+import zlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ._base import Sink, SinkOptionValueError
+from .jsonl import _positive, _split, segment_path
+
+__all__ = ["AzureSink", "GcsSink", "ObjectStoreSink", "S3Sink"]
+
+logger = logging.getLogger("rollout_trace")
+
+_MB = 10**6
+_DEFAULT_ROTATE_MB = 16.0
+_DEFAULT_UPLOAD_S = 60.0
+_DEFAULT_RETRY_S = 300.0
+# Staged bytes (as they will be uploaded) past which the sink stops rather
+# than hold more of a long outage in memory.
+_MAX_STAGED = 256 * _MB
+_FIRST_BACKOFF_S = 0.5
+_MAX_BACKOFF_S = 30.0
+# How long close() tries again to upload the last lines it was given.
+_CLOSE_S = 2.0
+# Errors that say the store answered and will not take the object: a bucket
+# that does not exist, credentials it refuses. At open they stop the tracer
+# from opening; later, they stop the sink at once.
+_REFUSALS = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
+# The same from botocore, by name (it is s3fs's, not imported here): no
+# credentials at all is a setup to fix, not an outage to wait out.
+_REFUSED_NAMES = frozenset({"NoCredentialsError", "PartialCredentialsError"})
+_DEFAULT_TIMEOUT_S = 8.0
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, _REFUSALS) or type(exc).__name__ in _REFUSED_NAMES
+
+
+class _Segment:
+    """One object: what was uploaded of it, what is staged, and how big it is."""
+
+    __slots__ = (
+        "added",
+        "members",
+        "number",
+        "open",
+        "raw_end",
+        "size",
+        "uploaded",
+        "uploaded_size",
+        "zip",
+    )
+
+    def __init__(self, gzip: bool) -> None:
+        self.number: int | None = None  # given at its first upload
+        self.members: list[bytes] = []  # the object's bytes, in closed pieces
+        self.open = bytearray()  # the piece being added to (compressed for gzip)
+        self.added = False  # lines went into the open piece
+        self.zip: Any = zlib.compressobj(wbits=31) if gzip else None
+        self.size = 0  # bytes the object holds with what is staged (compressed so far)
+        self.raw_end = 0  # the sink's accepted-bytes offset at its last line
+        self.uploaded = -1  # raw_end at its last upload (-1: never uploaded)
+        self.uploaded_size = 0  # bytes of the object its last upload stored
+
+    def add(self, data: bytes, raw_end: int) -> None:
+        # gzip: flushed to the byte, so that ``size`` is what the object will
+        # hold (a compressor keeps tens of kB back otherwise, and a segment
+        # would outgrow rotate_mb by that much).
+        piece = data
+        if self.zip is not None:
+            piece = self.zip.compress(data) + self.zip.flush(zlib.Z_SYNC_FLUSH)
+        self.open += piece
+        self.added = True
+        self.size += len(piece)
+        self.raw_end = raw_end
+
+    @property
+    def staged(self) -> bool:
+        return self.uploaded != self.raw_end
+
+    def body(self) -> bytes:
+        """The whole object: the pieces so far and the open one, closed."""
+        if self.added:
+            self.added = False
+            if self.zip is not None:
+                self.open += self.zip.flush(zlib.Z_FINISH)
+                self.zip = zlib.compressobj(wbits=31)
+            self.members.append(bytes(self.open))
+            self.size = sum(map(len, self.members))
+            self.open = bytearray()
+        return b"".join(self.members)
+
+
+class ObjectStoreSink(Sink):
+    """A run as numbered segment objects, each uploaded whole (``stem.000001.jsonl``, ...).
+
+    The location is ``bucket/prefix/name.jsonl`` (or ``.jsonl.gz``); segments
+    are numbered before that suffix, from 000001 or on from the highest one
+    already stored. Options: ``rotate_mb`` (default 16: a segment holds at
+    most that many megabytes as stored, compressed for gzip), ``rotate_s``
+    (a segment that old is ended before the next batch or at ``flush()``),
+    ``upload_s`` (default 60: the segment being written is uploaded again
+    after that long, at the next batch), ``retry_s`` (default 300: how long
+    uploads may fail before the sink stops), ``timeout_s`` (default 8: the
+    longest one call to the store may take).
+    """
+
+    #: The fsspec protocol, and the package and extra that implement it.
+    protocol: ClassVar[str] = ""
+    package: ClassVar[str] = ""
+    extra: ClassVar[str] = ""
+
+    options = frozenset({"rotate_mb", "rotate_s", "upload_s", "retry_s", "timeout_s"})
+    stages = True
+
+    def __init__(self, location: str, options: Mapping[str, str]) -> None:
+        super().__init__(location, options)
+        scheme = f"{self.protocol}://"
+        if not location.endswith((".jsonl", ".jsonl.gz")) or "/" not in location.strip("/"):
+            raise SinkOptionValueError(
+                f"{scheme} needs bucket/prefix/name.jsonl (or .jsonl.gz), "
+                f"e.g. {scheme}my-bucket/runs/{{run_id}}.jsonl; got {location!r}"
+            )
+        if importlib.util.find_spec(self.package) is None:
+            raise SinkOptionValueError(
+                f"{scheme} needs the {self.package} package: "
+                f"pip install 'rollout-trace[{self.extra}]'"
+            )
+        self.base = location.strip("/")
+        self.url_base = scheme + self.base
+        self._gzip = self.base.endswith(".gz")
+        self._rotate = _positive(options, "rotate_mb", "megabytes", _MB) or _DEFAULT_ROTATE_MB * _MB
+        if "rotate_mb" in options and self._rotate > _MAX_STAGED:
+            raise SinkOptionValueError(
+                f"rotate_mb={options['rotate_mb']!r} is more than a segment held in memory "
+                f"may be: at most {_MAX_STAGED // _MB} megabytes"
+            )
+        self._timeout_s = _positive(options, "timeout_s", "seconds", 1) or _DEFAULT_TIMEOUT_S
+        self._rotate_s = _positive(options, "rotate_s", "seconds", 1)
+        self._upload_s = _positive(options, "upload_s", "seconds", 1) or _DEFAULT_UPLOAD_S
+        self._retry_s = _positive(options, "retry_s", "seconds", 1) or _DEFAULT_RETRY_S
+        self._fs: Any = None
+        self._next_number: int | None = None  # None: not listed yet
+        self._segments: list[_Segment] = []  # ended ones waiting, then the current one
+        self._current: _Segment | None = None
+        self._segment_until = math.inf  # when the current segment is due to end (rotate_s)
+        self._upload_at = math.inf  # when the current segment is due to be uploaded again
+        self._accepted = 0  # bytes write() accepted
+        self._delivered = 0  # ... of which an upload holds
+        self._failing_since: float | None = None
+        self._retry_at = 0.0
+        self._backoff = _FIRST_BACKOFF_S
+        self._last_error: str | None = None
+        self.uploads = 0  # objects put, for tests and curiosity
+
+    # --- the contract ----------------------------------------------------------
+
+    def open(self) -> None:
+        import fsspec
+
+        # An instance of its own: the client's own retries are made short
+        # (the sink retries over minutes itself), and a user's instance, with
+        # its cached listings, is left alone. fsspec's configuration applies.
+        self._fs = fsspec.filesystem(
+            self.protocol, skip_instance_cache=True, **self._client_options(fsspec.config.conf)
+        )
+        try:
+            self._next_number = self._list_next()
+        except Exception as exc:
+            if _refused(exc):
+                raise OSError(f"{self.url_base}: {type(exc).__name__}: {exc}") from exc
+            # Unreachable now: the job starts anyway, and the segments are
+            # numbered when the store first answers.
+            self._note_failure(exc, time.monotonic())
+
+    def write(self, data: bytes) -> None:
+        now = time.monotonic()
+        if self._current is not None and now >= self._segment_until:
+            self._end_segment()
+        # A write can join batches queued for megabytes: a segment ends as
+        # soon as it is full, between two lines.
+        while data:
+            segment = self._current or self._new_segment(now)
+            room = int(self._rotate - segment.size)
+            if len(data) <= room:
+                piece, data = data, b""
+            else:
+                cut = data.rfind(b"\n", 0, max(room, 0)) + 1
+                if not cut:
+                    if segment.size:
+                        self._end_segment()
+                        continue
+                    cut = data.find(b"\n") + 1 or len(data)  # a line longer than a segment
+                piece, data = data[:cut], data[cut:]
+            self._accepted += len(piece)
+            segment.add(piece, self._accepted)
+            if segment.size >= self._rotate:
+                self._end_segment()
+        # A failed upload is tried again at the next batch once its backoff
+        # is over, whatever is due.
+        due = now >= self._upload_at or self._failing_since is not None
+        if due or any(s is not self._current for s in self._segments):
+            self._deliver(now, everything=due, forced=False)
+        self._check_limits(now)
+
+    def flush(self) -> None:
+        now = time.monotonic()
+        if self._current is not None and now >= self._segment_until:
+            self._end_segment()
+        self._deliver(now, everything=True, forced=True)
+        self._check_limits(now)
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._end_segment()
+        # The tracer already tried again until its drain deadline for what it
+        # counts; what is left is its last lines (trace_closed): a short try.
+        until = time.monotonic() + _CLOSE_S
+        while True:
+            now = time.monotonic()
+            self._deliver(now, everything=True, forced=True)
+            if not self._segments:
+                return
+            self._check_limits(now)
+            if now + self._backoff > until:
+                raise OSError(
+                    f"the last upload to {self.url_base} failed at the close: {self._last_error}"
+                )
+            time.sleep(self._backoff)
+
+    def discard(self) -> None:
+        # Nothing was uploaded at open; once the tracer stopped the sink, what
+        # it still stages was counted lost and is not uploaded after all.
+        self._segments.clear()
+        self._current = None
+
+    def staged_bytes(self) -> int:
+        return self._accepted - self._delivered
+
+    def why_staged(self) -> str | None:
+        return self._last_error
+
+    def _client_options(self, conf: Mapping[str, Any]) -> dict[str, Any]:
+        """Options for the filesystem beyond fsspec's configuration (which wins)."""
+        return {}
+
+    # --- segments and uploads ----------------------------------------------------
+
+    def _new_segment(self, now: float) -> _Segment:
+        segment = _Segment(self._gzip)
+        self._segments.append(segment)
+        self._current = segment
+        self._segment_until = now + self._rotate_s if self._rotate_s else math.inf
+        self._upload_at = now + self._upload_s
+        return segment
+
+    def _end_segment(self) -> None:
+        self._current = None
+        self._segment_until = self._upload_at = math.inf
+
+    def _deliver(self, now: float, *, everything: bool, forced: bool) -> None:
+        """Upload the ended segments waiting, in order, and the current one if
+        ``everything``; not before the backoff is over unless ``forced``."""
+        if self._failing_since is not None and not forced and now < self._retry_at:
+            return
+        for segment in list(self._segments):
+            if segment is self._current and not everything:
+                break
+            if not segment.staged:
+                if segment is not self._current:
+                    self._segments.remove(segment)
+                continue
+            try:
+                self._upload(segment)
+            except Exception as exc:
+                if _refused(exc):
+                    raise OSError(f"{self._url(segment)}: {type(exc).__name__}: {exc}") from exc
+                self._note_failure(exc, now)
+                return
+            self._delivered = segment.raw_end
+            if segment is not self._current:
+                self._segments.remove(segment)
+            else:
+                self._upload_at = time.monotonic() + self._upload_s
+        if self._failing_since is not None:
+            logger.warning(
+                "rollout_trace: uploads to %s work again after %.1f s",
+                self.url_base,
+                time.monotonic() - self._failing_since,
+            )
+        self._failing_since = None
+        self._last_error = None
+        self._backoff = _FIRST_BACKOFF_S
+
+    def _upload(self, segment: _Segment) -> None:
+        if segment.number is None:
+            if self._next_number is None:
+                self._next_number = self._list_next()
+            segment.number = self._next_number
+            self._next_number += 1
+        end = segment.raw_end
+        self._bounded("pipe_file", self._key(segment), segment.body())
+        segment.uploaded = end
+        segment.uploaded_size = segment.size
+        self.uploads += 1
+
+    def _bounded(self, name: str, *args: Any) -> Any:
+        """``fs.<name>(*args)``, given up after ``timeout_s``.
+
+        botocore's timeouts do not cover all of a call (a PUT waits for its
+        ``100 Continue`` unbounded), so an async filesystem's call runs on its
+        loop under a deadline, and is cancelled there when it passes: a hung
+        upload of older bytes must not land later, over a newer one.
+        """
+        fs = self._fs
+        if not getattr(fs, "async_impl", False):
+            return getattr(fs, name)(*args)
+        future = asyncio.run_coroutine_threadsafe(getattr(fs, "_" + name)(*args), fs.loop)
+        try:
+            return future.result(self._timeout_s)
+        except concurrent.futures.TimeoutError:
+            if future.done():
+                raise  # the client's own timeout
+            future.cancel()
+            raise TimeoutError(
+                f"{name} had no answer within timeout_s={self._timeout_s:g} s"
+            ) from None
+
+    def _note_failure(self, exc: BaseException, now: float) -> None:
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        if self._failing_since is None:
+            self._failing_since = now
+            logger.warning(
+                "rollout_trace: an upload to %s failed (%s); retrying with backoff for up to "
+                "%g s, what waits stays staged and is not counted written until uploaded "
+                "(reported once per outage)",
+                self.url_base,
+                self._last_error,
+                self._retry_s,
+            )
+        self._retry_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
+
+    def _check_limits(self, now: float) -> None:
+        if self._failing_since is not None and now - self._failing_since >= self._retry_s:
+            raise OSError(
+                f"uploads to {self.url_base} failed for {now - self._failing_since:.0f} s "
+                f"(retry_s={self._retry_s:g}): {self._last_error}"
+            )
+        staged = sum(s.size - s.uploaded_size for s in self._segments if s.staged)
+        if staged > _MAX_STAGED:
+            why = f": {self._last_error}" if self._last_error else ""
+            raise OSError(
+                f"{staged / _MB:.0f} MB staged for {self.url_base} could not be uploaded "
+                f"(more than {_MAX_STAGED / _MB:.0f} MB are not held){why}"
+            )
+
+    def _key(self, segment: _Segment) -> str:
+        assert segment.number is not None
+        return segment_path(self.base, segment.number)
+
+    def _url(self, segment: _Segment) -> str:
+        return f"{self.protocol}://{self._key(segment) if segment.number else self.base}"
+
+    def _list_next(self) -> int:
+        """The number after the highest segment of the base already stored (1 for none)."""
+        stem, suffix = _split(self.base)
+        folder, head = posixpath.split(stem)
+        self._fs.invalidate_cache(folder)
+        found = []
+        for path in self._bounded("glob", f"{stem}.*{suffix}"):
+            name = posixpath.basename(path)
+            number = name[len(head) + 1 : len(name) - len(suffix)]
+            if name.endswith(suffix) and 6 <= len(number) <= 7 and number.isdigit():
+                found.append(int(number))
+        return max(found) + 1 if found else 1
+
+
+class S3Sink(ObjectStoreSink):
+    """``s3://bucket/prefix/name.jsonl``: Amazon S3 and S3-compatible stores (s3fs)."""
+
+    protocol = "s3"
+    package = "s3fs"
+    extra = "s3"
+
+    def _client_options(self, conf: Mapping[str, Any]) -> dict[str, Any]:
+        # Short attempts, so that a call fails within timeout_s rather than
+        # being cut there: botocore's default retries of a refused connection
+        # take 7 s and its read timeout is 60 s. fsspec's configuration wins.
+        mine: dict[str, Any] = {
+            "retries": {"total_max_attempts": 2, "mode": "standard"},
+            "connect_timeout": 3,
+            "read_timeout": 20,
+        }
+        theirs = dict(conf.get(self.protocol, {}).get("config_kwargs", {}))
+        return {"config_kwargs": {**mine, **theirs}}
+
+    def open(self) -> None:
+        super().open()
+        # s3fs retries a failed call itself too, five times by default (an
+        # attribute: its constructor takes no such option).
+        self._fs.retries = 2
+
+
+class GcsSink(ObjectStoreSink):
+    """``gs://bucket/prefix/name.jsonl``: Google Cloud Storage (gcsfs)."""
+
+    protocol = "gs"
+    package = "gcsfs"
+    extra = "gcs"
+
+
+class AzureSink(ObjectStoreSink):
+    """``az://container/prefix/name.jsonl``: Azure Blob Storage (adlfs)."""
+
+    protocol = "az"
+    package = "adlfs"
+    extra = "azure"

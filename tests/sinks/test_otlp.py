@@ -1,0 +1,956 @@
+"""The otlp+http sink against a real OTLP/HTTP receiver (tests/otlp_receiver.py).
+
+What the collector holds is what the receiver decoded from the requests it
+answered with success: every count below is checked against those records.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from otlp_receiver import Receiver
+from samples import dispatched
+from writing.harness import DRIVERS, IDS, Driver, Handle
+
+import rollout_trace as rt
+import sinks.otlp
+from rollout_trace._writing.specs import parse_uri
+from sinks import MemorySink
+from sinks.otlp import OtlpExportError, OtlpHttpSink, OtlpHttpsSink
+
+RUN = "0123456789abcdef0123456789abcdef"
+LIFECYCLE = ("trace_opened", "trace_closed")
+ASYNCIO = DRIVERS[0]
+
+
+@pytest.fixture(autouse=True)
+def no_otel_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sets the OTEL_ variables it means; none leak in from outside."""
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+@pytest.fixture
+def made() -> Iterator[list[OtlpHttpSink]]:
+    """Sinks a test made itself, closed after it (as the tracer closes its own)."""
+    sinks: list[OtlpHttpSink] = []
+    yield sinks
+    for sink in sinks:
+        sink.close()
+
+
+@pytest.fixture
+def make(made: list[OtlpHttpSink]) -> Callable[..., OtlpHttpSink]:
+    """``make(location, options, cls=OtlpHttpSink)``: a sink, opened, closed after the test."""
+
+    def make(
+        location: str, options: dict[str, str] | None = None, cls: type[OtlpHttpSink] = OtlpHttpSink
+    ) -> OtlpHttpSink:
+        sink = cls(location, options or {})
+        sink.open()
+        made.append(sink)
+        return sink
+
+    return make
+
+
+def _line(**fields: Any) -> bytes:
+    return msgspec.json.encode(fields) + b"\n"
+
+
+def _opened(**meta: Any) -> dict[str, Any]:
+    return {
+        "event": "trace_opened",
+        "time": 1700000000.123456,
+        "run_id": RUN,
+        "seq": 0,
+        "schema": 1,
+        "sdk_version": "9.9.9",
+        "pid": 4242,
+        "host": "node-7",
+        "meta": meta,
+    }
+
+
+def _free_port() -> int:
+    """A port nobody listens on (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def _user_lines(receiver: Receiver) -> list[dict[str, Any]]:
+    return [line for line in receiver.lines_kept if line["event"] not in LIFECYCLE]
+
+
+def _closed(sink: object) -> dict[str, Any]:
+    """The run's trace_closed, as the memory sink beside the otlp one has it."""
+    assert isinstance(sink, MemorySink)
+    closed: dict[str, Any] = json.loads(sink.lines()[-1])
+    assert closed["event"] == "trace_closed"
+    return closed
+
+
+def _warnings(log: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in log.records if r.levelno >= logging.WARNING]
+
+
+async def _emit(h: Handle, start: int, stop: int) -> None:
+    for i in range(start, stop):
+        h.emit(dispatched(i))
+
+
+def _wait_for(condition: Callable[[], bool], within: float = 20.0) -> None:
+    end = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < end, "waited too long"
+        time.sleep(0.01)
+
+
+def _as_received(text: str) -> str:
+    """A header value sent as UTF-8, as the receiver reads it (latin-1, as HTTP says)."""
+    return text.encode().decode("latin-1")
+
+
+# --- the mapping ------------------------------------------------------------------
+
+
+def test_a_line_becomes_a_log_record_with_every_field_an_attribute(
+    receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    event = {
+        "event": "step_trained",
+        "time": 1700000001.5,
+        "run_id": RUN,
+        "seq": 1,
+        "s": "x",
+        "i": 3,
+        "big": 2**70,
+        "neg": -(2**63),
+        "f": 0.25,
+        "b": True,
+        "none": None,
+        "empty": [],
+        "list": [1, "a", None],
+        "obj": {"k": {"n": 1}},
+        "nobj": {},
+    }
+    sink = make(receiver.location)
+    before = time.time_ns()
+    sink.write(_line(**_opened(**{"service.name": "trainer"})) + _line(**event))
+    after = time.time_ns()
+    opened, entry = receiver.entries
+    record = entry.record
+    assert opened.record.event_name == "trace_opened"
+    assert opened.record.time_unix_nano == 1700000000_123456000
+    assert record.event_name == "step_trained"
+    assert record.time_unix_nano == 1700000001_500000000
+    assert before <= record.observed_time_unix_nano <= after
+    assert not record.HasField("body")
+    kinds = {kv.key: kv.value.WhichOneof("value") for kv in record.attributes}
+    assert list(kinds) == ["run_id", "seq", *list(event)[4:]]  # envelope first, then in order
+    assert kinds == {
+        "run_id": "string_value",
+        "seq": "int_value",
+        "s": "string_value",
+        "i": "int_value",
+        "big": "string_value",  # beyond 64 bits: its decimal string
+        "neg": "int_value",
+        "f": "double_value",
+        "b": "bool_value",
+        "none": None,  # null: an empty value
+        "empty": "array_value",  # an empty list is still a list
+        "list": "array_value",
+        "obj": "kvlist_value",
+        "nobj": "kvlist_value",
+    }
+    assert entry.line == {**event, "big": str(2**70)}
+    assert entry.resource == {
+        "service.name": "trainer",
+        "host.name": "node-7",
+        "process.pid": 4242,
+        "rollout_trace.run_id": RUN,
+    }
+    assert entry.scope == ("rollout_trace", "9.9.9")  # the sdk_version that wrote the run
+
+
+def test_a_line_that_is_no_event_goes_as_its_text(
+    receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    sink = make(receiver.location, {})
+    sink.write(b"[1, 2]\nnot json\n" + _line(**_opened()))
+    not_events = [e for e in receiver.entries if not e.record.event_name]
+    assert [e.line["body"] for e in not_events] == ["[1, 2]", "not json"]
+    assert len(receiver.entries) == 3
+
+
+def test_a_traced_run_comes_back_line_for_line(receiver: Receiver) -> None:
+    """Through the tracer: the records read back equal the lines a memory sink got,
+    times to the last digit."""
+    with rt.sync_tracer(receiver.uri, "memory://", meta={"x": [1, None, {}]}) as t:
+        for i in range(300):
+            t.emit(dispatched(i))
+    memory = t.sinks[1]
+    assert isinstance(memory, MemorySink)
+    assert receiver.lines_kept == [json.loads(line) for line in memory.lines()]
+
+
+# Where service.name comes from: (meta, variables, service.name sent).
+SERVICE_NAMES = [
+    ({"service.name": "a"}, {"OTEL_SERVICE_NAME": "b"}, "a"),  # meta wins over the variable
+    ({"service_name": "a"}, {}, "a"),  # the snake_case key too
+    ({"service.name": "a", "service_name": "c"}, {}, "a"),  # the dotted key first
+    ({"service.name": 7}, {"OTEL_SERVICE_NAME": "b"}, "b"),  # not a string: not a name
+    # As OpenTelemetry's SDKs: OTEL_SERVICE_NAME over OTEL_RESOURCE_ATTRIBUTES.
+    ({}, {"OTEL_SERVICE_NAME": "b", "OTEL_RESOURCE_ATTRIBUTES": "service.name=c"}, "b"),
+    ({}, {"OTEL_RESOURCE_ATTRIBUTES": "service.name=c%20d"}, "c d"),  # percent-decoded
+    ({}, {}, "rollout_trace"),  # the default
+]
+
+
+@pytest.mark.parametrize(("meta", "env", "name"), SERVICE_NAMES)
+def test_service_name(
+    meta: dict[str, Any],
+    env: dict[str, str],
+    name: str,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with rt.sync_tracer(receiver.uri, meta=meta) as t:
+        t.emit(dispatched(0))
+    names = {e.resource["service.name"] for e in receiver.entries}
+    assert names == {name}
+    assert len(receiver.entries) == 3
+
+
+def test_resource_attributes_from_the_run_and_the_variable(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod, team=r%2Cl,host.name=elsewhere"
+    )
+    with rt.sync_tracer(receiver.uri) as t:
+        t.emit(dispatched(0))
+    opened = receiver.entries[0].line
+    assert opened["pid"] == os.getpid()
+    resources = [e.resource for e in receiver.entries]
+    assert resources == [resources[0]] * 3  # one resource for the run
+    assert resources[0] == {
+        "deployment.environment": "prod",
+        "team": "r,l",
+        "host.name": opened["host"],  # the run's own facts win over the variable
+        "service.name": "rollout_trace",
+        "process.pid": opened["pid"],
+        "rollout_trace.run_id": opened["run_id"],
+    }
+
+
+def test_each_run_of_a_write_has_its_own_resource(
+    receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    other = "f" * 32
+    sink = make(receiver.location, {})
+    sink.write(
+        _line(**_opened())
+        + _line(**{**_opened(), "run_id": other, "pid": 7})
+        + _line(event="x", time=1.0, run_id=RUN, seq=1)
+        + _line(event="x", time=1.0, run_id=other, seq=1)
+    )
+    pids = {e.line["run_id"]: e.resource["process.pid"] for e in receiver.entries}
+    assert pids == {RUN: 4242, other: 7}
+    assert {e.resource["rollout_trace.run_id"] for e in receiver.entries} == {RUN, other}
+
+
+def test_a_large_write_goes_in_several_requests_of_whole_lines(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, make: Callable[..., OtlpHttpSink]
+) -> None:
+    monkeypatch.setattr(sinks.otlp, "REQUEST_BYTES", 10_000)
+    data = b"".join(
+        _line(event="x", time=1.5, run_id=RUN, seq=i, pad="p" * 50) for i in range(1000)
+    )
+    make(receiver.location, {}).write(data)
+    assert len(receiver.seen) > 5
+    assert [line["seq"] for line in receiver.lines_kept] == list(range(1000))
+
+
+# --- the variables, and how they meet the URI ---------------------------------------
+
+# (URI location, variables, the request path the receiver sees). "{r}" is the
+# receiver's host:port, "{dead}" one where nobody listens.
+ENDPOINTS = [
+    ("", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://{r}"}, "/v1/logs"),  # /v1/logs appended
+    ("", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://{r}/base/"}, "/base/v1/logs"),  # under a path
+    # The logs variable is used as is, and wins over the generic one.
+    (
+        "",
+        {
+            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://{r}/in",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "{dead}",
+        },
+        "/in",
+    ),
+    ("{r}", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://{dead}"}, "/v1/logs"),  # the URI wins
+    ("{r}", {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://{dead}/v1/logs"}, "/v1/logs"),  # both
+    ("{r}/custom/logs", {}, "/custom/logs"),  # a path in the URI is used as is
+]
+
+
+@pytest.mark.parametrize(("location", "env", "path"), ENDPOINTS)
+def test_endpoint(
+    location: str,
+    env: dict[str, str],
+    path: str,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    made: list[OtlpHttpSink],
+) -> None:
+    names = {"r": receiver.location, "dead": f"127.0.0.1:{_free_port()}"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.format(**names))
+    sink = parse_uri(f"otlp+http://{location.format(**names)}?timeout_s=1").build(
+        run_id=RUN, pid=1, host="h"
+    )
+    assert isinstance(sink, OtlpHttpSink)
+    made.append(sink)
+    sink.write(_line(**_opened()))
+    assert [s.path for s in receiver.seen] == [path]
+    assert len(receiver.entries) == 1
+
+
+def test_the_default_endpoint_is_local() -> None:
+    assert OtlpHttpSink("", {}).url == "http://localhost:4318/v1/logs"
+    assert OtlpHttpSink("collector", {}).url == "http://collector:4318/v1/logs"  # OTLP's port
+    assert OtlpHttpsSink("collector", {}).url == "https://collector:443/v1/logs"
+    assert OtlpHttpSink("[::1]:9", {}).url == "http://[::1]:9/v1/logs"
+
+
+# (variables, headers the receiver must see, headers it must not).
+HEADERS = [
+    # Percent-decoded, blanks around keys and values dropped.
+    (
+        {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=s3cr%3Dt, x-team = rl "},
+        {"api-key": "s3cr=t", "x-team": "rl"},
+        [],
+    ),
+    # The logs variable replaces the generic one, whole.
+    (
+        {"OTEL_EXPORTER_OTLP_HEADERS": "a=1", "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "b=2"},
+        {"b": "2"},
+        ["a"],
+    ),
+    ({}, {"content-type": "application/x-protobuf"}, ["content-encoding"]),  # none set
+    # Text beyond ASCII goes as its UTF-8 bytes, typed or percent-encoded; a tab is kept.
+    (
+        {"OTEL_EXPORTER_OTLP_HEADERS": "x-typed=\u4e2d,x-enc=%E4%B8%AD%C3%A9,x-tab=a%09b"},
+        {"x-typed": _as_received("\u4e2d"), "x-enc": _as_received("\u4e2d\u00e9"), "x-tab": "a\tb"},
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "present", "absent"), HEADERS)
+def test_headers_from_the_variables(
+    env: dict[str, str],
+    present: dict[str, str],
+    absent: list[str],
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    make(receiver.location, {}).write(_line(**_opened()))
+    (seen,) = receiver.seen
+    headers = {k.lower(): v for k, v in seen.headers.items()}
+    assert {k: headers.get(k) for k in present} == present
+    assert not set(absent) & set(headers)
+
+
+# (options, variables, whether the body is gzip).
+COMPRESSION = [
+    ({"compression": "gzip"}, {}, True),  # the option
+    ({}, {"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}, True),  # the generic variable
+    ({}, {"OTEL_EXPORTER_OTLP_LOGS_COMPRESSION": "GZIP"}, True),  # the logs one, any case
+    # The logs variable over the generic one, the option over both.
+    (
+        {},
+        {"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip", "OTEL_EXPORTER_OTLP_LOGS_COMPRESSION": "none"},
+        False,
+    ),
+    ({"compression": "none"}, {"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}, False),
+    ({}, {}, False),  # none by default, as the OTLP specification says
+]
+
+
+@pytest.mark.parametrize(("options", "env", "gzipped"), COMPRESSION)
+def test_compression(
+    options: dict[str, str],
+    env: dict[str, str],
+    gzipped: bool,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    make(receiver.location, options).write(_line(**_opened()) * 3)
+    (seen,) = receiver.seen
+    assert (seen.headers.get("Content-Encoding") == "gzip") is gzipped
+    assert len(receiver.entries) == 3  # decoded either way
+
+
+# (options, variables, seconds a write may take).
+TIMEOUTS = [
+    ({}, {}, 5.0),  # the default, below the tracer's close_timeout
+    ({}, {"OTEL_EXPORTER_OTLP_TIMEOUT": "1500"}, 1.5),  # milliseconds, as the spec says
+    ({}, {"OTEL_EXPORTER_OTLP_TIMEOUT": "1500", "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "250"}, 0.25),
+    ({"timeout_s": "2"}, {"OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "250"}, 2.0),  # the option wins
+]
+
+
+@pytest.mark.parametrize(("options", "env", "seconds"), TIMEOUTS)
+def test_timeout(
+    options: dict[str, str], env: dict[str, str], seconds: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert OtlpHttpSink("h:1", options).timeout_s == seconds
+
+
+# (URI, variables, words the error must hold).
+BAD = [
+    ("otlp+http://h?timeout_s=0", {}, ["timeout_s='0'", "seconds above 0"]),
+    ("otlp+http://h?timeout_s=soon", {}, ["timeout_s='soon'", "seconds above 0"]),
+    ("otlp+http://h?timeout_s=inf", {}, ["timeout_s='inf'"]),
+    ("otlp+http://h?compression=zstd", {}, ["compression='zstd'", "gzip, none"]),
+    ("otlp+http://h?retries=3", {}, ["unknown option 'retries'", "known: compression, timeout_s"]),
+    ("otlp+http://h:99999", {}, ["bad port"]),
+    ("otlp+http://user@h:4318", {}, ["not host[:port][/path]"]),
+    (
+        "otlp+http://",
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"},
+        ["$OTEL_EXPORTER_OTLP_ENDPOINT=", "http:// or https://"],
+    ),
+    (
+        "otlp+http://",
+        {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "ftp://c/"},
+        ["$OTEL_EXPORTER_OTLP_LOGS_ENDPOINT="],
+    ),
+    (
+        "otlp+http://h",
+        {"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"},
+        ["$OTEL_EXPORTER_OTLP_TIMEOUT='soon'", "milliseconds"],
+    ),
+    (
+        "otlp+http://h",
+        {"OTEL_EXPORTER_OTLP_LOGS_COMPRESSION": "br"},
+        ["$OTEL_EXPORTER_OTLP_LOGS_COMPRESSION='br'", "gzip, none"],
+    ),
+    (
+        "otlp+http://h",
+        {"OTEL_EXPORTER_OTLP_HEADERS": "a=1,token"},
+        ["$OTEL_EXPORTER_OTLP_HEADERS", "'token'", "key=value"],
+    ),
+    ("otlp+http://h", {"OTEL_RESOURCE_ATTRIBUTES": "=x"}, ["$OTEL_RESOURCE_ATTRIBUTES", "'=x'"]),
+    # A CR LF would end the header and start another: refused, not sent.
+    (
+        "otlp+http://h",
+        {"OTEL_EXPORTER_OTLP_HEADERS": "x-a=b%0D%0AInjected: yes"},
+        ["$OTEL_EXPORTER_OTLP_HEADERS", "header 'x-a'", "'\\r'", "control characters"],
+    ),
+    # A NUL, in the logs variable.
+    (
+        "otlp+http://h",
+        {"OTEL_EXPORTER_OTLP_LOGS_HEADERS": "ok=1,x-b=a%00b"},
+        ["$OTEL_EXPORTER_OTLP_LOGS_HEADERS", "header 'x-b'", "'\\x00'"],
+    ),
+    # A raw line break in the variable itself.
+    (
+        "otlp+http://h",
+        {"OTEL_EXPORTER_OTLP_HEADERS": "x-c=a\nb"},
+        ["$OTEL_EXPORTER_OTLP_HEADERS", "header 'x-c'", "'\\n'"],
+    ),
+    # A name with a blank, or a colon, is not an HTTP token.
+    (
+        "otlp+http://h",
+        {"OTEL_EXPORTER_OTLP_HEADERS": "bad key=v"},
+        ["$OTEL_EXPORTER_OTLP_HEADERS", "'bad key'", "letters, digits"],
+    ),
+    (
+        "otlp+http://h",
+        {"OTEL_EXPORTER_OTLP_HEADERS": "x%3Ay=v"},
+        ["$OTEL_EXPORTER_OTLP_HEADERS", "'x:y'", "letters, digits"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("uri", "env", "words"), BAD)
+def test_bad_values_are_named_when_the_uri_is_parsed(
+    uri: str, env: dict[str, str], words: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(rt.SinkOptionError) as caught:
+        parse_uri(uri)
+    for word in words:
+        assert word in str(caught.value)
+    assert uri in str(caught.value)
+
+
+def test_a_bad_header_value_is_not_repeated_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cret%0A")
+    with pytest.raises(rt.SinkOptionError, match="header 'authorization'") as caught:
+        parse_uri("otlp+http://h")
+    assert "s3cret" not in str(caught.value)  # a header value is often a secret
+
+
+def test_without_opentelemetry_proto_the_error_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.logs.v1", None)
+    with pytest.raises(rt.SinkOptionError, match=r"pip install 'rollout-trace\[otlp\]'"):
+        parse_uri("otlp+http://h:4318")
+
+
+def test_both_schemes_are_registered() -> None:
+    assert parse_uri("otlp+http://h:4318").factory is OtlpHttpSink
+    assert parse_uri("otlp+https://h").factory is OtlpHttpsSink
+
+
+# --- faults, through the tracer --------------------------------------------------------
+
+# The sinks beside the otlp one: a memory sink, whose trace_closed tells the
+# otlp sink's own count, or none.
+BESIDE = [["memory://"], []]
+
+
+@pytest.mark.parametrize("beside", BESIDE, ids=["with-memory", "alone"])
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+def test_a_collector_down_at_open_does_not_stop_the_job(
+    driver: Driver, beside: list[str], receiver: Receiver, trace_log: pytest.LogCaptureFixture
+) -> None:
+    receiver.down()
+    uri = f"{receiver.uri}?timeout_s=0.5"
+
+    async def scenario(h: Handle) -> bool:
+        await _emit(h, 0, 100)
+        return await h.flush()
+
+    out = driver.run([uri, *beside], scenario)
+    # A flush answers for the sinks still working: none is left when it was alone.
+    assert out.value is bool(beside)
+    (warning,) = _warnings(trace_log)  # reported once
+    assert uri in warning and "ConnectionRefusedError" in warning
+    receiver.up()
+    assert receiver.entries == []
+    if beside:
+        (tally, _) = _closed(out.tracer.sinks[1])["sinks"]
+        assert tally["written"] == 0 and "could not send" in tally["error"]
+        assert out.counts.written == 100
+    else:
+        assert (out.counts.written, out.counts.dropped) == (0, 100)
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+def test_a_collector_back_within_the_budget_loses_nothing(
+    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+) -> None:
+    async def scenario(h: Handle) -> bool:
+        await _emit(h, 0, 50)
+        assert await h.flush()
+        receiver.down()
+        back = threading.Timer(0.5, receiver.up)
+        back.start()
+        await _emit(h, 50, 100)
+        try:
+            return await h.flush()  # the write retries until the collector is back
+        finally:
+            back.join()
+
+    out = driver.run([receiver.uri], scenario)
+    assert out.value is True
+    assert _warnings(trace_log) == []
+    assert [line["seq"] for line in _user_lines(receiver)] == list(range(1, 101))
+    assert receiver.lines_kept[-1]["written"] == out.counts.written == 100
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+def test_a_collector_down_past_the_budget_stops_the_sink_with_honest_counts(
+    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+) -> None:
+    uri = f"{receiver.uri}?timeout_s=0.5"
+
+    async def scenario(h: Handle) -> tuple[bool, bool, bool]:
+        await _emit(h, 0, 50)
+        first = await h.flush()
+        receiver.down()
+        await _emit(h, 50, 100)
+        second = await h.flush()
+        receiver.up()  # back, but the sink is not used again
+        await _emit(h, 100, 150)
+        return first, second, await h.flush()
+
+    out = driver.run([uri, "memory://"], scenario)
+    assert out.value == (True, True, True)  # the memory sink, still working, has all
+    (warning,) = _warnings(trace_log)
+    assert uri in warning
+    (tally, memory) = _closed(out.tracer.sinks[1])["sinks"]
+    held = _user_lines(receiver)
+    assert [line["seq"] for line in held] == list(range(1, 51))
+    assert tally["written"] == len(held) and tally["error"]
+    assert memory["written"] == out.counts.written == 150
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+def test_a_hung_collector_never_blocks_emit(
+    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+) -> None:
+    receiver.delay = math.inf  # holds every request, never answers
+    uri = f"{receiver.uri}?timeout_s=1"
+
+    async def scenario(h: Handle) -> float:
+        await h.sleep(0.1)  # trace_opened is held by now
+        began = time.monotonic()
+        await _emit(h, 0, 10_000)
+        return time.monotonic() - began
+
+    out = driver.run([uri, "memory://"], scenario)
+    receiver.down()  # what it still holds is dropped, unanswered
+    assert out.value < 5.0  # a burst of emits, not a wait on the collector
+    (tally, _) = _closed(out.tracer.sinks[1])["sinks"]
+    assert tally["written"] == len(_user_lines(receiver)) == 0
+    assert "timed out" in tally["error"]
+    assert out.counts.written == 10_000
+    assert len(_warnings(trace_log)) == 1
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+def test_a_slow_collector_gets_everything(
+    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+) -> None:
+    receiver.delay = 0.3  # each answer, well within the write's budget
+
+    async def scenario(h: Handle) -> float:
+        began = time.monotonic()
+        await _emit(h, 0, 10_000)
+        return time.monotonic() - began
+
+    out = driver.run([receiver.uri], scenario)
+    assert out.value < 5.0
+    assert _warnings(trace_log) == []
+    assert len(_user_lines(receiver)) == out.counts.written == 10_000
+
+
+# Answers that are tried again: (status, headers, how many times, least seconds waited).
+RETRIED = [
+    (503, {}, 2, 0.0),  # Service Unavailable, twice, then taken
+    (502, {}, 1, 0.0),  # Bad Gateway
+    (504, {}, 3, 0.0),  # Gateway Timeout, three times
+    (429, {"Retry-After": "1"}, 1, 0.9),  # Too Many Requests: waits the second it asks
+]
+
+
+@pytest.mark.parametrize(("status", "headers", "times", "waited"), RETRIED)
+def test_retried_answers_lose_nothing(
+    status: int,
+    headers: dict[str, str],
+    times: int,
+    waited: float,
+    receiver: Receiver,
+    trace_log: pytest.LogCaptureFixture,
+) -> None:
+    receiver.fail_next(times, status, headers)
+
+    async def scenario(h: Handle) -> bool:
+        await _emit(h, 0, 100)
+        return await h.flush()
+
+    out = ASYNCIO.run([receiver.uri], scenario)
+    assert out.value is True
+    assert _warnings(trace_log) == []
+    assert [s.status for s in receiver.seen[: times + 1]] == [status] * times + [200]
+    assert receiver.seen[times].at - receiver.seen[0].at >= waited
+    assert len(_user_lines(receiver)) == out.counts.written == 100
+
+
+# Answers that fail the write at once: (status, what it means).
+FINAL = [
+    (400, "Bad Request"),
+    (401, "Unauthorized"),
+    (404, "Not Found: a wrong path"),
+    (413, "Payload Too Large"),
+    (500, "Internal Server Error: not among the retried ones"),
+]
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+@pytest.mark.parametrize(("status", "meaning"), FINAL)
+def test_other_errors_fail_at_once_and_are_reported_once(
+    status: int,
+    meaning: str,
+    driver: Driver,
+    receiver: Receiver,
+    trace_log: pytest.LogCaptureFixture,
+) -> None:
+    receiver.fail_next(1000, status)
+
+    async def scenario(h: Handle) -> bool:
+        await _emit(h, 0, 100)
+        return await h.flush()
+
+    out = driver.run([receiver.uri, "memory://"], scenario)
+    assert len(receiver.seen) == 1  # not tried again
+    (warning,) = _warnings(trace_log)
+    assert f"HTTP {status}" in warning and "not retried" in warning
+    (tally, _) = _closed(out.tracer.sinks[1])["sinks"]
+    assert tally["written"] == len(_user_lines(receiver)) == 0
+
+
+def test_a_retry_after_past_the_budget_fails_at_once(
+    receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    receiver.fail_next(1, 503, {"Retry-After": "30"})
+    sink = make(receiver.location, {"timeout_s": "2"})
+    began = time.monotonic()
+    with pytest.raises(OtlpExportError, match="it asked to wait 30 s"):
+        sink.write(_line(**_opened()))
+    assert time.monotonic() - began < 1.5
+    assert len(receiver.seen) == 1
+
+
+# Retry-After values that ask for less than the backoff, which they cannot shorten.
+SHORT_RETRY_AFTER = [
+    pytest.param("0", id="zero"),
+    pytest.param("Wed, 21 Oct 2015 07:28:00 GMT", id="a-date-gone-by"),
+]
+
+
+@pytest.mark.parametrize("retry_after", SHORT_RETRY_AFTER)
+def test_a_short_retry_after_does_not_cut_the_backoff(
+    retry_after: str, receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    receiver.fail_next(10_000, 429, {"Retry-After": retry_after})
+    sink = make(receiver.location, {"timeout_s": "2"})
+    with pytest.raises(OtlpExportError, match="within timeout_s=2"):
+        sink.write(_line(**_opened()))
+    arrivals = [seen.at for seen in receiver.seen]
+    # Waits from 0.25 s (jittered down to half), doubling, within 2 s: a
+    # handful of tries, not a loop of thousands against a busy collector.
+    assert 2 <= len(arrivals) <= 8
+    assert all(later - earlier >= 0.1 for earlier, later in itertools.pairwise(arrivals))
+
+
+def _trickled(pause: float) -> Callable[..., str]:
+    def setup(receiver: Receiver, monkeypatch: pytest.MonkeyPatch, released: Any) -> str:
+        receiver.trickle = pause
+        return receiver.location
+
+    return setup
+
+
+def _never_answers(receiver: Receiver, monkeypatch: pytest.MonkeyPatch, released: Any) -> str:
+    receiver.delay = math.inf
+    return receiver.location
+
+
+def _always_busy(receiver: Receiver, monkeypatch: pytest.MonkeyPatch, released: Any) -> str:
+    receiver.fail_next(10_000, 503)
+    return receiver.location
+
+
+def _slow_to_resolve(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, released: threading.Event
+) -> str:
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host == "collector.test":
+            released.wait(30)  # a DNS server that does not answer
+            host = "127.0.0.1"
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return f"collector.test:{receiver.port}"
+
+
+# What the write meets: (how to set it up, timeout_s, whether it is taken in time).
+DEADLINES = [
+    # An answer a byte every 0.5 s: each read is quick, the whole answer is not.
+    pytest.param(_trickled(0.5), "1", False, id="trickled-answer"),
+    # A name whose lookup does not end (getaddrinfo has no timeout of its own).
+    pytest.param(_slow_to_resolve, "1", False, id="slow-name-lookup"),
+    # No answer at all.
+    pytest.param(_never_answers, "1", False, id="no-answer"),
+    # 503 every time: the tries and the waits between them count too.
+    pytest.param(_always_busy, "1", False, id="always-busy"),
+    # An answer trickled fast enough is taken.
+    pytest.param(_trickled(0.002), "20", True, id="trickled-within-the-budget"),
+]
+
+
+@pytest.mark.parametrize(("setup", "timeout_s", "taken"), DEADLINES)
+def test_timeout_s_is_a_deadline_for_the_whole_write(
+    setup: Callable[..., str],
+    timeout_s: str,
+    taken: bool,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    released = threading.Event()
+    try:
+        sink = make(setup(receiver, monkeypatch, released), {"timeout_s": timeout_s})
+        began = time.monotonic()
+        if taken:
+            sink.write(_line(**_opened()))
+            assert len(receiver.entries) == 1
+            return
+        with pytest.raises(OtlpExportError, match=f"within timeout_s={timeout_s} "):
+            sink.write(_line(**_opened()))
+        # Ended at its deadline (a generous margin: the machine is shared).
+        assert time.monotonic() - began < float(timeout_s) + 9
+    finally:
+        released.set()
+
+
+# What a write is doing when close() comes from another thread (the tracer
+# closes a lone sink from a thread of its own once its write is given up as
+# hung): (the collector's fault, requests it has seen by then).
+IN_FLIGHT = [
+    # Waiting for an answer that does not come.
+    pytest.param(lambda r: setattr(r, "delay", math.inf), 1, id="waiting-for-the-answer"),
+    # Waiting between tries, the collector busy.
+    pytest.param(lambda r: r.fail_next(10_000, 503), 2, id="between-tries"),
+]
+
+
+@pytest.mark.parametrize(("fault", "requests"), IN_FLIGHT)
+def test_close_from_another_thread_ends_a_write_in_flight(
+    fault: Callable[[Receiver], None],
+    requests: int,
+    receiver: Receiver,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    fault(receiver)
+    sink = make(receiver.location, {"timeout_s": "60"})
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            sink.write(_line(**_opened()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    _wait_for(lambda: len(receiver.seen) >= requests)
+    sink.close()
+    writer.join(timeout=20)  # well before its 60 s budget is spent
+    assert not writer.is_alive()
+    (error,) = errors
+    assert isinstance(error, OtlpExportError) and "closed while sending" in str(error)
+    seen = len(receiver.seen)
+    with pytest.raises(OtlpExportError, match="is closed"):
+        sink.write(_line(**_opened()))  # a closed sink connects no more
+    assert len(receiver.seen) == seen
+
+
+def test_a_partial_success_that_rejected_records_fails_the_write(
+    receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    receiver.reject_next(3, "too big")
+    sink = make(receiver.location, {})
+    lines = b"".join(_line(event="x", time=1.0, run_id=RUN, seq=i) for i in range(10))
+    with pytest.raises(OtlpExportError, match="rejected 3 of 10 records: too big"):
+        sink.write(lines)
+    assert len(receiver.entries) == 7  # the collector holds more than counted, never fewer
+
+
+def test_a_partial_success_with_only_a_message_is_said_once(
+    receiver: Receiver, trace_log: pytest.LogCaptureFixture, make: Callable[..., OtlpHttpSink]
+) -> None:
+    sink = make(receiver.location, {})
+    for _ in range(2):
+        receiver.reject_next(0, "slow down")
+        sink.write(_line(**_opened()))
+    assert len(receiver.entries) == 2
+    (warning,) = _warnings(trace_log)
+    assert "slow down" in warning
+
+
+def test_a_connection_the_collector_closed_is_replaced_at_once(
+    receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    # A budget below the least backoff: only a retry without a wait can make it.
+    sink = make(receiver.location, {"timeout_s": "0.12"})
+    sink.write(_line(**_opened()))
+    receiver.down()
+    receiver.up()
+    sink.write(_line(**_opened()))
+    assert len(receiver.entries) == 2
+
+
+# --- TLS ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (made with openssl)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_https_with_the_certificate_variable(
+    certificate: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    cert, key = certificate
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with Receiver(tls=context) as receiver:
+        untrusted = make(receiver.location, {}, OtlpHttpsSink)
+        with pytest.raises(OtlpExportError, match="not trusted"):
+            untrusted.write(_line(**_opened()))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(cert))
+        sink = make(receiver.location, {}, OtlpHttpsSink)
+        sink.write(_line(**_opened()))
+        assert len(receiver.entries) == 1
