@@ -51,6 +51,11 @@ _FIRST_BACKOFF_S = 0.5
 _MAX_BACKOFF_S = 30.0
 # How long close() tries again to upload the last lines it was given.
 _CLOSE_S = 2.0
+# How long open() waits for the listing that numbers the segments. A store
+# that has not answered by then is treated as unreachable (listed again at the
+# first upload), so a hung store delays the job's start by this much, not by
+# timeout_s, and never fails an open that a short close_timeout bounds.
+_OPEN_WAIT_S = 1.0
 # Errors that say the store answered and will not take the object: a bucket
 # that does not exist, credentials it refuses. At open they stop the tracer
 # from opening; later, they stop the sink at once.
@@ -194,7 +199,7 @@ class ObjectStoreSink(Sink):
             self.protocol, skip_instance_cache=True, **self._client_options(fsspec.config.conf)
         )
         try:
-            self._next_number = self._list_next()
+            self._next_number = self._list_next(min(self._timeout_s, _OPEN_WAIT_S))
         except Exception as exc:
             if _refused(exc):
                 raise OSError(f"{self.url_base}: {type(exc).__name__}: {exc}") from exc
@@ -333,8 +338,8 @@ class ObjectStoreSink(Sink):
         segment.uploaded_size = segment.size
         self.uploads += 1
 
-    def _bounded(self, name: str, *args: Any) -> Any:
-        """``fs.<name>(*args)``, given up after ``timeout_s``.
+    def _bounded(self, name: str, *args: Any, limit: float | None = None) -> Any:
+        """``fs.<name>(*args)``, given up after ``limit`` (``timeout_s`` by default).
 
         botocore's timeouts do not cover all of a call (a PUT waits for its
         ``100 Continue`` unbounded), so an async filesystem's call runs on its
@@ -344,16 +349,15 @@ class ObjectStoreSink(Sink):
         fs = self._fs
         if not getattr(fs, "async_impl", False):
             return getattr(fs, name)(*args)
+        limit = self._timeout_s if limit is None else limit
         future = asyncio.run_coroutine_threadsafe(getattr(fs, "_" + name)(*args), fs.loop)
         try:
-            return future.result(self._timeout_s)
+            return future.result(limit)
         except concurrent.futures.TimeoutError:
             if future.done():
                 raise  # the client's own timeout
             future.cancel()
-            raise TimeoutError(
-                f"{name} had no answer within timeout_s={self._timeout_s:g} s"
-            ) from None
+            raise TimeoutError(f"{name} had no answer within {limit:g} s") from None
 
     def _note_failure(self, exc: BaseException, now: float) -> None:
         self._last_error = f"{type(exc).__name__}: {exc}"
@@ -391,13 +395,13 @@ class ObjectStoreSink(Sink):
     def _url(self, segment: _Segment) -> str:
         return f"{self.protocol}://{self._key(segment) if segment.number else self.base}"
 
-    def _list_next(self) -> int:
+    def _list_next(self, limit: float | None = None) -> int:
         """The number after the highest segment of the base already stored (1 for none)."""
         stem, suffix = _split(self.base)
         folder, head = posixpath.split(stem)
         self._fs.invalidate_cache(folder)
         found = []
-        for path in self._bounded("glob", f"{stem}.*{suffix}"):
+        for path in self._bounded("glob", f"{stem}.*{suffix}", limit=limit):
             name = posixpath.basename(path)
             number = name[len(head) + 1 : len(name) - len(suffix)]
             if name.endswith(suffix) and 6 <= len(number) <= 7 and number.isdigit():

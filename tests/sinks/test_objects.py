@@ -330,14 +330,26 @@ def test_a_store_hung_longer_than_the_close_timeout_is_waited_out(
     assert len(_warnings(trace_log, prefix, "timeout_s=1")) == 1  # the outage, once
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        "?timeout_s=1",  # a call's own limit well under close_timeout
+        # timeout_s (8 s by default) past close_timeout: the open's listing
+        # waits a second at most, so the open neither fails nor holds the job
+        "",
+    ],
+    ids=["timeout_s=1", "default-timeout_s"],
+)
 @pytest.mark.parametrize("driver", TRACERS, ids=TRACER_IDS)
 def test_a_store_hung_at_open_does_not_stop_the_tracer(
-    driver: Driver, s3: S3Server, prefix: str
+    driver: Driver, s3: S3Server, prefix: str, options: str
 ) -> None:
-    uri = f"s3://{BUCKET}/{prefix}/t.jsonl?timeout_s=1"
+    uri = f"s3://{BUCKET}/{prefix}/t.jsonl{options}"
     s3.proxy.hang = True
+    began = time.monotonic()
 
     async def scenario(h: Handle) -> None:
+        assert time.monotonic() - began < 2.5  # the open waited 1 s, not timeout_s
         await _emit(h, 0, 100)
         await h.sleep(4.0)  # the open's listing hangs past close_timeout
         s3.proxy.hang = False
