@@ -111,3 +111,15 @@ def test_templates_are_filled_at_open(tmp_path: Path) -> None:
     (path,) = tmp_path.glob("*/*.jsonl")
     assert path.name == f"{os.getpid()}-{run_id}.jsonl"
     assert path.parent.name == os.uname().nodename
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://{host}/{run_id}.jsonl",  # a bucket named by the host, checked with a real one
+        "s3://b/{host}/{pid}.jsonl",  # a folder named by the host
+    ],
+)
+def test_templates_are_checked_with_this_process_host_and_pid(uri: str) -> None:
+    pytest.importorskip("s3fs", reason="the s3 extra is not installed")
+    assert parse_uri(uri).location == uri.removeprefix("s3://")

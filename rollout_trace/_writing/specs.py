@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -115,7 +116,9 @@ def parse_uri(uri: str) -> SinkSpec:
     spec = SinkSpec(uri, scheme, location, tuple(sorted(options.items())), factory)
     # Sink constructors do no I/O: building one now checks option values
     # here, where the user can see the error, rather than in a lazy open.
-    spec.build(run_id="0" * 32, pid=0, host="")
+    # This process's host and pid, as the open will have them: an empty host
+    # would make `s3://{host}/...` look like a location with no bucket.
+    spec.build(run_id="0" * 32, pid=os.getpid(), host=socket.gethostname())
     return spec
 
 
