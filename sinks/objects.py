@@ -357,7 +357,8 @@ class ObjectStoreSink(Sink):
             if future.done():
                 raise  # the client's own timeout
             future.cancel()
-            raise TimeoutError(f"{name} had no answer within {limit:g} s") from None
+            within = f"timeout_s={limit:g}" if limit == self._timeout_s else f"{limit:g}"
+            raise TimeoutError(f"{name} had no answer within {within} s") from None
 
     def _note_failure(self, exc: BaseException, now: float) -> None:
         self._last_error = f"{type(exc).__name__}: {exc}"

@@ -120,7 +120,9 @@ def test_a_store_down_at_open_gets_everything_once_it_is_back(
     assert run.closed is not None and run.closed["written"] == out.counts.written == 600
     assert [key for key, _ in _stored(s3, prefix)] == [f"{prefix}/t.000001.jsonl"]
     (down,) = _warnings(trace_log, prefix, "an upload to")  # reported once
-    assert f"s3://{BUCKET}/{prefix}/t.jsonl" in down and "EndpointConnectionError" in down
+    assert f"s3://{BUCKET}/{prefix}/t.jsonl" in down
+    # The refusal, or on a loaded machine the open's one-second wait running out.
+    assert "EndpointConnectionError" in down or "no answer within 1 s" in down
     assert len(_warnings(trace_log, prefix, "work again")) == 1
     assert len(_warnings(trace_log, prefix)) == 2
 
