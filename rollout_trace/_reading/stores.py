@@ -28,6 +28,7 @@ with no request more: a command costs one listing, and the reads.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import glob
 import re
 import threading
@@ -252,11 +253,49 @@ def _bucket_missing(fs: Any, path: str, url: str) -> None:
         raise TraceReadError(f"no such bucket {bucket!r} (from {url!r})") from None
 
 
+def _globbed(key: str, pattern: str) -> bool:
+    """Whether ``key`` matches ``pattern`` as a file's path matches it locally
+    (``glob.glob(pattern, recursive=True)``, ``paths``): ``*``, ``?``, ``[...]``
+    and ``**`` match no name that begins with a dot unless the pattern's part
+    does, and ``**`` (any number of folders; a last one, everything under)
+    walks into no such folder. fsspec's glob matches those names too: the
+    same glob named other objects in a store than files on a disk.
+    """
+    parts = [p for p in pattern.split("/") if p]
+    if parts and parts[-1] == "**":
+        parts.append("*")  # a last `**`: the files under it, at any depth
+    names = [n for n in key.split("/") if n]
+    failed: set[tuple[int, int]] = set()
+
+    def match(i: int, j: int) -> bool:
+        if (i, j) in failed:
+            return False
+        if i == len(parts):
+            ok = j == len(names)
+        elif parts[i] == "**":  # no folder, or one more that is not hidden
+            ok = match(i + 1, j) or (
+                j < len(names) and not names[j].startswith(".") and match(i, j + 1)
+            )
+        elif j == len(names):
+            ok = False
+        elif glob.has_magic(parts[i]):
+            hidden = names[j].startswith(".") and not parts[i].startswith(".")
+            ok = not hidden and fnmatch.fnmatchcase(names[j], parts[i]) and match(i + 1, j + 1)
+        else:
+            ok = names[j] == parts[i] and match(i + 1, j + 1)
+        if not ok:
+            failed.add((i, j))
+        return ok
+
+    return match(0, 0)
+
+
 def expand_url(url: str) -> list[str]:
     """The objects ``url`` names, as URLs: the one object, a prefix's ``*.jsonl`` and
     ``*.jsonl.gz`` objects (not those under a further ``/``) sorted, or a glob's
-    matches sorted. A key with glob characters that is there is that object (or
-    prefix), as a file is.
+    matches sorted, the names a local glob matches (``_globbed``: a name that
+    begins with a dot only where the pattern's part does). A key with glob
+    characters that is there is that object (or prefix), as a file is.
 
     What is listed is listed afresh, never from an earlier listing's cache; what
     the listing found of each object is kept for its read (``known``).
@@ -279,7 +318,11 @@ def expand_url(url: str) -> list[str]:
             info = None  # a key that may not be there: the glob's listing says
         if info is None and glob.has_magic(path):
             found = fs.glob(path, detail=True)
-            matched = {p: i for p, i in sorted(found.items()) if i.get("type") == "file"}
+            matched = {
+                p: i
+                for p, i in sorted(found.items())
+                if i.get("type") == "file" and _globbed(p, path)
+            }
             if not matched:
                 _bucket_missing(fs, path, url)
                 raise NothingThere(f"no trace object matches {url!r}")

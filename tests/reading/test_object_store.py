@@ -153,6 +153,84 @@ def test_a_listing_is_fresh_each_time(s3: S3Server) -> None:
     assert expand_paths(f"{URL}/set/") == [f"{URL}/set/a.jsonl", f"{URL}/set/b.jsonl"]
 
 
+# --- a glob names the same objects as files -----------------------------------------------
+
+# Names that begin with a dot, as files and as a folder, beside others: what
+# Python's glob leaves out locally, and fsspec's glob matched in a store.
+_DOTTED = {
+    "a.jsonl": _run_of(1),
+    ".hidden.jsonl": _run_of(2),
+    "notes.txt": b"not a trace",
+    "sub/b.jsonl": _run_of(3),
+    "sub/deep/c.jsonl.gz": gzip.compress(_run_of(4)),
+    "sub/.h/d.jsonl": _run_of(5),
+    ".dot/e.jsonl": _run_of(6),
+}
+
+
+def _both(s3: S3Server, tmp_path: Path, tree: dict[str, bytes]) -> tuple[str, str]:
+    """``tree`` written under a local folder and under a prefix: the two roots."""
+    _put(s3, {f"dots/{key}": body for key, body in tree.items()})
+    for key, body in tree.items():
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_bytes(body)
+    return str(tmp_path), f"{URL}/dots"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        # `*` matches no name that begins with a dot.
+        ("*", ["a.jsonl", "notes.txt"]),
+        ("*.jsonl", ["a.jsonl"]),
+        # Nor does a class or `?` (no dot in the pattern's first place).
+        ("[.a]*.jsonl", ["a.jsonl"]),
+        ("?*.jsonl", ["a.jsonl"]),
+        # `**` walks into no dot-folder, and its last part matches no dot-name.
+        ("**/*.jsonl", ["a.jsonl", "sub/b.jsonl"]),
+        ("**/*.jsonl*", ["a.jsonl", "sub/b.jsonl", "sub/deep/c.jsonl.gz"]),
+        # A last `**`: every file under it but those and those under dot-folders.
+        ("**", ["a.jsonl", "notes.txt", "sub/b.jsonl", "sub/deep/c.jsonl.gz"]),
+        ("sub/**", ["sub/b.jsonl", "sub/deep/c.jsonl.gz"]),
+        # A folder matched by `*` is not a dot-folder.
+        ("*/*.jsonl", ["sub/b.jsonl"]),
+        # A pattern's part that begins with a dot matches names that do.
+        (".*", [".hidden.jsonl"]),
+        (".*/*.jsonl", [".dot/e.jsonl"]),
+        ("**/.*", [".hidden.jsonl"]),
+        # A dot-folder named as it is, then a glob under it.
+        ("sub/.h/*.jsonl", ["sub/.h/d.jsonl"]),
+        ("**/.h/*", ["sub/.h/d.jsonl"]),
+        (".dot/**", [".dot/e.jsonl"]),
+        # No glob: a folder (a prefix) stands for all its trace files, dot-names too.
+        ("", [".hidden.jsonl", "a.jsonl"]),
+    ],
+)
+def test_a_glob_names_the_same_objects_as_files(
+    s3: S3Server, tmp_path: Path, pattern: str, expected: list[str]
+) -> None:
+    named: dict[str, list[str]] = {}
+    for root in _both(s3, tmp_path, _DOTTED):
+        given = f"{root}/{pattern}" if pattern else root
+        named[root] = [p[len(root) + 1 :] for p in expand_paths(given)]
+    local, store = named.values()
+    assert local == store == expected
+
+
+@pytest.mark.parametrize("pattern", ["*.jsonl", "**/*.jsonl*"])
+def test_a_glob_counts_the_same_runs_from_files_and_objects(
+    s3: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], pattern: str
+) -> None:
+    docs = []
+    for root in _both(s3, tmp_path, _DOTTED):
+        assert main(["summary", "--json", f"{root}/{pattern}"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        docs.append(sorted(r["run_id"] for r in doc["runs"]))
+        assert {ev.run_id for ev in rt.read(f"{root}/{pattern}")} == set(docs[-1])
+    local, store = docs
+    assert local == store and run_id(2) not in store and run_id(5) not in store
+
+
 # --- what cannot be read, said before a byte is read --------------------------------------
 
 
