@@ -46,6 +46,13 @@ class Sink:
     #: a ``flush()`` with True only when nothing is left staged, and flushes
     #: the sink before it counts the run at its close.
     stages: ClassVar[bool] = False
+    #: The most bytes of lines one ``write()`` is given, or None for no limit
+    #: beyond the tracer's own. The tracer joins queued batches up to it and
+    #: hands a larger batch in several writes of whole lines (a longer line
+    #: alone): a sink whose call time grows with its size (a request per so
+    #: many bytes, each with its own timeout) keeps each call short of the
+    #: tracer's ``close_timeout``, after which it is given up as hung.
+    max_write: ClassVar[int | None] = None
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         self.location = location

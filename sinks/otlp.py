@@ -75,14 +75,15 @@ class OtlpHttpSink(Sink):
 
     ``open()`` sends nothing, so a collector that is down does not stop a
     job from starting. Each ``write()`` is one request (several, each of
-    whole lines, above ``REQUEST_BYTES`` of JSON) and returns once the
-    collector accepted it: ``flush()`` has nothing left to do. A refused
-    connection or an answer of 429, 502, 503 or 504 is tried again with
-    exponential backoff (a longer ``Retry-After`` honoured) until
-    ``timeout_s`` seconds from the write's start, a deadline for all of it:
-    each try's resolution, connection, request and answer too. Any other
-    answer, a budget spent, or a partial success that rejected records
-    raises ``OtlpExportError``.
+    whole lines, above ``REQUEST_BYTES`` of JSON; the tracer hands it no
+    more than that, ``max_write``) and returns once the collector accepted
+    it: ``flush()`` has nothing left to do. A refused connection or an
+    answer of 429, 502, 503 or 504 is tried again with exponential backoff
+    (a longer ``Retry-After`` honoured) until ``timeout_s`` seconds from the
+    request's start, a deadline for all of that request: each try's
+    resolution, connection, request and answer too, and the waits between
+    them. Any other answer, a budget spent, or a partial success that
+    rejected records raises ``OtlpExportError``.
 
     ``close()`` may come from another thread while a write given up as hung
     is still under way: it wakes that write, which then raises and leaves
@@ -90,6 +91,10 @@ class OtlpHttpSink(Sink):
     """
 
     options = frozenset({"timeout_s", "compression"})
+    #: The tracer hands a write one request's worth of lines at most: each
+    #: write is one request, within ``timeout_s``, so a slow but healthy
+    #: collector does not make a call that is given up as hung.
+    max_write: ClassVar[int | None] = REQUEST_BYTES
     #: ``otlp+https://``: the URI's location (or the default endpoint) is https.
     secure: ClassVar[bool] = False
 
@@ -117,12 +122,13 @@ class OtlpHttpSink(Sink):
         }
         if self.compression == "gzip":
             self.headers["Content-Encoding"] = "gzip"
-        self._cafile = _signal_env(env, "CERTIFICATE")[1] or None
+        # Built here, so a CA file missing or not a certificate is refused
+        # with the URI rather than found at the first write.
+        self._context = _tls_context(env) if self._https else None
         self._env_resource = _pairs(
             env.get("OTEL_RESOURCE_ATTRIBUTES", ""), "OTEL_RESOURCE_ATTRIBUTES"
         )
         self._env_service = env.get("OTEL_SERVICE_NAME", "").strip()
-        self._context: ssl.SSLContext | None = None
         # The connection kept alive between writes. ``close()`` may run on
         # another thread while a write is under way: both take ``_lock`` to
         # swap ``_conn``, and a write that finds the sink closed stops.
@@ -144,7 +150,6 @@ class OtlpHttpSink(Sink):
         """Nothing to acquire: the first write connects (and retries within its budget)."""
 
     def write(self, data: bytes) -> None:
-        self._clock.deadline = time.monotonic() + self.timeout_s
         with self._lock:
             if self._closed.is_set():
                 raise OtlpExportError(f"the sink for {self.url} is closed")
@@ -155,6 +160,9 @@ class OtlpHttpSink(Sink):
                 if lines and not lines[-1]:
                     lines.pop()
                 body = self._request(lines).SerializeToString()
+                # Each request has timeout_s of its own (the time to wait for
+                # each batch export, as the OpenTelemetry spec has it).
+                self._clock.deadline = time.monotonic() + self.timeout_s
                 self._send(body, len(lines))
         finally:
             with self._lock:
@@ -318,15 +326,13 @@ class OtlpHttpSink(Sink):
                 )
 
     def _post(self, body: bytes) -> tuple[int, str, http.client.HTTPMessage, bytes]:
-        """One try, every step of it within the write's deadline (``_clock``)."""
+        """One try, every step of it within the request's deadline (``_clock``)."""
         clock = self._clock
         with self._lock:
             if self._closed.is_set():
                 raise ConnectionAbortedError("the sink is closed")
             conn = self._conn
             if conn is None:
-                if self._https and self._context is None:
-                    self._context = ssl.create_default_context(cafile=self._cafile)
                 conn = self._conn = _Connection(self._host, self._port, self._context, clock)
         try:
             if conn.sock is None:
@@ -381,7 +387,7 @@ class OtlpHttpSink(Sink):
 
 
 class _Clock:
-    """The deadline of the write under way, and the time each step may still take."""
+    """The deadline of the request under way, and the time each step may still take."""
 
     def __init__(self) -> None:
         self.deadline = math.inf
@@ -634,21 +640,43 @@ def _endpoint(location: str, secure: bool, env: Mapping[str, str]) -> str:
         return f"{scheme}://{host}:{port}{path}"
     logs = env.get("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "").strip()
     if logs:
-        return _check_url(logs, "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
+        return _check_url(logs, "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", secure)
     base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
     if base:
-        _check_url(base, "OTEL_EXPORTER_OTLP_ENDPOINT")
+        _check_url(base, "OTEL_EXPORTER_OTLP_ENDPOINT", secure)
         return base.rstrip("/") + LOGS_PATH
     return (DEFAULT_ENDPOINT if not secure else "https://localhost:4318") + LOGS_PATH
 
 
-def _check_url(url: str, variable: str) -> str:
+def _check_url(url: str, variable: str, secure: bool) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SinkOptionValueError(
             f"${variable}={url!r} is not an http:// or https:// URL (e.g. http://collector:4318)"
         )
+    if secure and parts.scheme != "https":
+        # Else the headers (often a token) would go in clear text.
+        raise SinkOptionValueError(
+            f"${variable}={url!r} is not an https:// URL: otlp+https:// needs an "
+            "https:// endpoint (use otlp+http:// for plain http)"
+        )
     return url
+
+
+def _tls_context(env: Mapping[str, str]) -> ssl.SSLContext:
+    """The system's trust store, or the CA file the variables name (refused here
+    if it cannot be read or holds no certificate)."""
+    variable, cafile = _signal_env(env, "CERTIFICATE")
+    try:
+        return ssl.create_default_context(cafile=cafile or None)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        if not cafile:
+            raise SinkOptionValueError(f"the system's trust store cannot be loaded: {exc}") from exc
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SinkOptionValueError(
+            f"${variable}={cafile!r} is not a CA file that can be used: {reason} "
+            "(it names a PEM file of the certificates that sign the collector's)"
+        ) from exc
 
 
 def _timeout(options: Mapping[str, str], env: Mapping[str, str]) -> float:

@@ -121,6 +121,9 @@ class SinkRunner:
         # A sink that stages what it accepts (``Sink.stages``): its batches
         # count as written once it says they are delivered (``staged_bytes``).
         self.stages = type(sink).stages
+        # The most bytes the sink takes in one write (``Sink.max_write``):
+        # batches are gathered up to it, and a larger one goes in pieces.
+        self.max_write = type(sink).max_write
         self._accepted = 0  # bytes its write() accepted (the thread that writes only)
         self._unsent: deque[tuple[int, list[Batch]]] = deque()  # (end offset, batches)
         self._piece = _MIN_PIECE  # a direct sink's bytes per call (_write_pieces)
@@ -188,7 +191,7 @@ class SinkRunner:
             return
         if self.direct:
             self._handed += batch.n
-            if len(data) < _TIMED:
+            if len(data) < _TIMED and (self.max_write is None or len(data) <= self.max_write):
                 self._write(data, [batch])
             else:
                 self._write_pieces(data, batch)
@@ -339,6 +342,7 @@ class SinkRunner:
             # last write of the run.
             datas, batches = [call[0]], [call[1]]
             size, call = len(datas[0]), None
+            most = self.max_write
             while size < _GATHER and batches[0].n:
                 try:
                     call = get_nowait()
@@ -346,17 +350,23 @@ class SinkRunner:
                     break
                 if type(call) is not tuple or not call[1].n:
                     break
+                if most is not None and size + len(call[0]) > most:
+                    break  # the sink's largest write: this batch goes in the next
                 datas.append(call[0])
                 batches.append(call[1])
                 size += len(call[0])
                 call = None
+            if most is not None and size > most:  # one batch, larger than the sink takes
+                self._write_split(datas[0], batches[0], most)
+                continue
             self._write(datas[0] if len(datas) == 1 else b"".join(datas), batches)
 
     def _write_pieces(self, data: bytes, batch: Batch) -> None:
-        """A direct batch goes in writes of ``self._piece`` bytes of whole lines at
-        most: a slow sink then finishes each call well within ``close_timeout``
-        (it is not taken for a hung one), and a close that gives the run up at
-        its deadline stops it between two of them.
+        """A direct batch (or one larger than the sink's ``max_write``) goes in
+        writes of ``self._piece`` bytes of whole lines at most (and at most
+        ``max_write``): a slow sink then finishes each call well within
+        ``close_timeout`` (it is not taken for a hung one), and a close that
+        gives the run up at its deadline stops it between two of them.
 
         A piece is what the sink wrote in ``_PIECE_S`` in its last timed write
         (the wait for the GIL after the call included), so a slow sink gets
@@ -366,6 +376,8 @@ class SinkRunner:
         while start < end_all:
             watched = time.monotonic() - self._watched < _WATCHED_S
             piece = _MIN_PIECE if watched else self._piece
+            if self.max_write is not None:
+                piece = min(piece, self.max_write)
             if end_all - start <= piece:
                 end = end_all
             else:
@@ -385,12 +397,30 @@ class SinkRunner:
                 self._piece = min(_MAX_PIECE, max(_MIN_PIECE, int(rate * _PIECE_S)))
             start = end
 
+    def _write_split(self, data: bytes, batch: Batch, most: int) -> None:
+        """A batch larger than the sink's ``max_write``, in writes of whole lines
+        of at most that many bytes (a longer line alone). It is counted once,
+        when all went: the other sinks share ``batch``, whose first
+        acknowledgement counts it written."""
+        ok, start = True, 0
+        while ok and start < len(data):
+            end = data.rfind(b"\n", start, start + most) + 1
+            if end <= start:  # one line longer than max_write: it goes whole
+                end = data.find(b"\n", start + most) + 1 or len(data)
+            ok = self.live and self._call(self.sink.write, "write", data[start:end])
+            start = end
+        self._count(ok, len(data), [batch])
+
     def _write(self, data: bytes, batches: list[Batch]) -> None:
         ok = self.live and self._call(self.sink.write, "write", data)
+        self._count(ok, len(data), batches)
+
+    def _count(self, ok: bool, size: int, batches: list[Batch]) -> None:
+        """Count a write of ``size`` bytes holding ``batches``: written if ``ok``."""
         n = sum(batch.n for batch in batches)
         with self.lock:
             if ok and self.live and self.stages:
-                self._accepted += len(data)
+                self._accepted += size
                 self._unsent.append((self._accepted, batches))
                 self._settle()
             elif ok and self.live:

@@ -462,6 +462,30 @@ BAD = [
         {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "ftp://c/"},
         ["$OTEL_EXPORTER_OTLP_LOGS_ENDPOINT="],
     ),
+    # otlp+https:// sent to an http:// endpoint would put the headers (often a
+    # token) in clear text: refused, naming the variable and its value.
+    (
+        "otlp+https://",
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_HEADERS": "k=v"},
+        ["$OTEL_EXPORTER_OTLP_ENDPOINT='http://c:4318'", "needs an https://", "otlp+http://"],
+    ),
+    (
+        "otlp+https://",
+        {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://c:4318/v1/logs"},
+        ["$OTEL_EXPORTER_OTLP_LOGS_ENDPOINT='http://c:4318/v1/logs'", "needs an https://"],
+    ),
+    # A CA file that is missing or not a certificate: refused with the URI,
+    # not found at the first write (and retried as a network fault).
+    (
+        "otlp+https://h",
+        {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"},
+        ["$OTEL_EXPORTER_OTLP_CERTIFICATE='/nonexistent/ca.pem'", "not a CA file", "No such"],
+    ),
+    (
+        "otlp+https://h",
+        {"OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE": __file__},  # Python, not PEM
+        [f"$OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE={__file__!r}", "not a CA file", "certificate"],
+    ),
     (
         "otlp+http://h",
         {"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"},
@@ -815,7 +839,7 @@ DEADLINES = [
 
 
 @pytest.mark.parametrize(("setup", "timeout_s", "taken"), DEADLINES)
-def test_timeout_s_is_a_deadline_for_the_whole_write(
+def test_timeout_s_is_a_deadline_for_a_whole_request(
     setup: Callable[..., str],
     timeout_s: str,
     taken: bool,
@@ -837,6 +861,66 @@ def test_timeout_s_is_a_deadline_for_the_whole_write(
         assert time.monotonic() - began < float(timeout_s) + 9
     finally:
         released.set()
+
+
+# A write of several requests to a collector that takes its time over each:
+# (requests, seconds each answer is held, timeout_s). Each request has
+# timeout_s of its own, as OTEL_EXPORTER_OTLP_TIMEOUT is "for each batch".
+SLOW_REQUESTS = [
+    (4, 0.4, "1"),  # 1.6 s in all, each request well within 1 s
+    (2, 0.7, "1"),  # each request near its deadline
+]
+
+
+@pytest.mark.parametrize(("requests", "delay", "timeout_s"), SLOW_REQUESTS)
+def test_timeout_s_is_a_deadline_for_each_request_of_a_write(
+    requests: int,
+    delay: float,
+    timeout_s: str,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    # Lines of one length, 100 of them a request.
+    lines = [
+        _line(event="x", time=1.5, run_id=RUN, seq=i, pad="p" * (9 - len(str(i))))
+        for i in range(100 * requests)
+    ]
+    monkeypatch.setattr(sinks.otlp, "REQUEST_BYTES", 100 * len(lines[0]))
+    data = b"".join(lines)
+    receiver.delay = delay
+    make(receiver.location, {"timeout_s": timeout_s}).write(data)
+    assert len(receiver.seen) == requests
+    assert [line["seq"] for line in receiver.lines_kept] == list(range(100 * requests))
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+def test_a_slow_collector_is_not_given_up_after_a_burst(
+    driver: Driver,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    trace_log: pytest.LogCaptureFixture,
+) -> None:
+    # Requests of 20,000 bytes (about 100 events), each answered in 0.2 s: a
+    # burst of 1000 events is a dozen. Its queued batches are gathered into
+    # writes of at most max_write (one request, within timeout_s each), not
+    # into one of them all (over 2 s: past close_timeout, given up as hung).
+    monkeypatch.setattr(sinks.otlp, "REQUEST_BYTES", 20_000)
+    monkeypatch.setattr(OtlpHttpSink, "max_write", 20_000)
+    receiver.delay = 0.2
+
+    async def scenario(h: Handle) -> bool:
+        await _emit(h, 0, 1000)
+        return await h.flush()
+
+    out = driver.run([f"{receiver.uri}?timeout_s=1", "memory://"], scenario, close_timeout=1.5)
+    assert out.value is True
+    assert _warnings(trace_log) == []
+    (tally, _) = _closed(out.tracer.sinks[1])["sinks"]
+    assert tally["error"] is None
+    assert len(receiver.seen) >= 10
+    assert len(_user_lines(receiver)) == tally["written"] == out.counts.written == 1000
+    assert out.counts.dropped == 0
 
 
 # What a write is doing when close() comes from another thread (the tracer
