@@ -75,6 +75,13 @@ class Sink:
         (a staging sink's; called from the sink's thread after each call)."""
         return 0
 
+    def staged_lines(self) -> int | None:
+        """How many of the last lines ``write()`` accepted are not yet delivered,
+        if the sink knows (``None``: it does not). With it the tracer counts
+        the first lines of a write delivered without the rest (a segment that
+        ended inside it) as written, rather than only whole writes."""
+        return None
+
     def why_staged(self) -> str | None:
         """Why what is staged is not delivered yet (the last failure), if known."""
         return None

@@ -8,7 +8,13 @@ upload plus more: more lines, or for gzip more whole members (each upload
 closes one), so a reader may read on from where it stopped.
 
 The tracer counts a batch written only once the upload that holds it is done
-(``Sink.stages``). A failed upload is retried with backoff, at the next
+(``Sink.stages``), and the first lines of a batch a segment's end cut in two
+once they are (``staged_lines``). One ``write()`` or ``flush()`` starts no
+more uploads once ``_CALL_SHARE`` of ``timeout_s`` would be spent: a slow
+store is not taken for a hung one by the tracer's ``close_timeout``, and what
+is left waits for the next call. A call that uploaded something and then
+finds the sink must stop returns, so that the upload is counted; the next
+call raises. A failed upload is retried with backoff, at the next
 batch or flush once the backoff is over; the trouble is logged once per
 outage, and what waits is kept staged. Uploads that keep failing for
 ``retry_s`` seconds, or more staged than ``_MAX_STAGED`` bytes, stop the sink:
@@ -64,6 +70,12 @@ _REFUSALS = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirector
 # credentials at all is a setup to fix, not an outage to wait out.
 _REFUSED_NAMES = frozenset({"NoCredentialsError", "PartialCredentialsError"})
 _DEFAULT_TIMEOUT_S = 8.0
+# One write() or flush() starts no further upload once this share of
+# timeout_s would be spent by its end (the longest upload of the call taken
+# as the next one's length): a slow store is then never in one call longer
+# than the tracer's close_timeout allows (which gives the sink up as hung);
+# what is left stays staged for the next batch, flush or the close.
+_CALL_SHARE = 0.5
 
 
 def _refused(exc: BaseException) -> bool:
@@ -75,6 +87,7 @@ class _Segment:
 
     __slots__ = (
         "added",
+        "lines_end",
         "members",
         "number",
         "open",
@@ -93,10 +106,11 @@ class _Segment:
         self.zip: Any = zlib.compressobj(wbits=31) if gzip else None
         self.size = 0  # bytes the object holds with what is staged (compressed so far)
         self.raw_end = 0  # the sink's accepted-bytes offset at its last line
+        self.lines_end = 0  # ... and accepted lines
         self.uploaded = -1  # raw_end at its last upload (-1: never uploaded)
         self.uploaded_size = 0  # bytes of the object its last upload stored
 
-    def add(self, data: bytes, raw_end: int) -> None:
+    def add(self, data: bytes, raw_end: int, lines_end: int) -> None:
         # gzip: flushed to the byte, so that ``size`` is what the object will
         # hold (a compressor keeps tens of kB back otherwise, and a segment
         # would outgrow rotate_mb by that much).
@@ -107,6 +121,7 @@ class _Segment:
         self.added = True
         self.size += len(piece)
         self.raw_end = raw_end
+        self.lines_end = lines_end
 
     @property
     def staged(self) -> bool:
@@ -181,10 +196,16 @@ class ObjectStoreSink(Sink):
         self._upload_at = math.inf  # when the current segment is due to be uploaded again
         self._accepted = 0  # bytes write() accepted
         self._delivered = 0  # ... of which an upload holds
+        self._accepted_lines = 0  # the same in lines
+        self._delivered_lines = 0
         self._failing_since: float | None = None
         self._retry_at = 0.0
         self._backoff = _FIRST_BACKOFF_S
         self._last_error: str | None = None
+        # Why the sink must stop, found by a call that had also uploaded
+        # something: that call returns, so that the tracer counts what it
+        # uploaded, and the next one raises this.
+        self._stop: OSError | None = None
         self.uploads = 0  # objects put, for tests and curiosity
 
     # --- the contract ----------------------------------------------------------
@@ -208,6 +229,7 @@ class ObjectStoreSink(Sink):
             self._note_failure(exc, time.monotonic())
 
     def write(self, data: bytes) -> None:
+        self._raise_stop()
         now = time.monotonic()
         if self._current is not None and now >= self._segment_until:
             self._end_segment()
@@ -227,24 +249,28 @@ class ObjectStoreSink(Sink):
                     cut = data.find(b"\n") + 1 or len(data)  # a line longer than a segment
                 piece, data = data[:cut], data[cut:]
             self._accepted += len(piece)
-            segment.add(piece, self._accepted)
+            self._accepted_lines += piece.count(b"\n")
+            segment.add(piece, self._accepted, self._accepted_lines)
             if segment.size >= self._rotate:
                 self._end_segment()
         # A failed upload is tried again at the next batch once its backoff
         # is over, whatever is due.
         due = now >= self._upload_at or self._failing_since is not None
+        uploaded = False
         if due or any(s is not self._current for s in self._segments):
-            self._deliver(now, everything=due, forced=False)
-        self._check_limits(now)
+            uploaded = self._deliver(now, everything=due, forced=False, budget=self._call_budget)
+        self._check_limits(now, uploaded)
 
     def flush(self) -> None:
+        self._raise_stop()
         now = time.monotonic()
         if self._current is not None and now >= self._segment_until:
             self._end_segment()
-        self._deliver(now, everything=True, forced=True)
-        self._check_limits(now)
+        uploaded = self._deliver(now, everything=True, forced=True, budget=self._call_budget)
+        self._check_limits(now, uploaded)
 
     def close(self) -> None:
+        self._raise_stop()
         if self._current is not None:
             self._end_segment()
         # The tracer already tried again until its drain deadline for what it
@@ -253,6 +279,7 @@ class ObjectStoreSink(Sink):
         while True:
             now = time.monotonic()
             self._deliver(now, everything=True, forced=True)
+            self._raise_stop()
             if not self._segments:
                 return
             self._check_limits(now)
@@ -262,6 +289,14 @@ class ObjectStoreSink(Sink):
                 )
             time.sleep(self._backoff)
 
+    @property
+    def _call_budget(self) -> float:
+        return self._timeout_s * _CALL_SHARE
+
+    def _raise_stop(self) -> None:
+        if self._stop is not None:
+            raise self._stop
+
     def discard(self) -> None:
         # Nothing was uploaded at open; once the tracer stopped the sink, what
         # it still stages was counted lost and is not uploaded after all.
@@ -270,6 +305,9 @@ class ObjectStoreSink(Sink):
 
     def staged_bytes(self) -> int:
         return self._accepted - self._delivered
+
+    def staged_lines(self) -> int:
+        return self._accepted_lines - self._delivered_lines
 
     def why_staged(self) -> str | None:
         return self._last_error
@@ -292,11 +330,18 @@ class ObjectStoreSink(Sink):
         self._current = None
         self._segment_until = self._upload_at = math.inf
 
-    def _deliver(self, now: float, *, everything: bool, forced: bool) -> None:
+    def _deliver(
+        self, now: float, *, everything: bool, forced: bool, budget: float = math.inf
+    ) -> bool:
         """Upload the ended segments waiting, in order, and the current one if
-        ``everything``; not before the backoff is over unless ``forced``."""
+        ``everything``; not before the backoff is over unless ``forced``; no
+        upload after the first that would end more than ``budget`` seconds
+        after the call began. Whether anything was uploaded."""
         if self._failing_since is not None and not forced and now < self._retry_at:
-            return
+            return False
+        began = time.monotonic()
+        longest = 0.0  # the longest upload so far, to tell when the next one ends
+        uploaded = False
         for segment in list(self._segments):
             if segment is self._current and not everything:
                 break
@@ -304,14 +349,25 @@ class ObjectStoreSink(Sink):
                 if segment is not self._current:
                     self._segments.remove(segment)
                 continue
+            start = time.monotonic()
+            if uploaded and start + longest - began > budget:
+                break  # the rest waits for the next call (still staged)
             try:
                 self._upload(segment)
             except Exception as exc:
                 if _refused(exc):
-                    raise OSError(f"{self._url(segment)}: {type(exc).__name__}: {exc}") from exc
+                    stop = OSError(f"{self._url(segment)}: {type(exc).__name__}: {exc}")
+                    stop.__cause__ = exc
+                    if not uploaded:
+                        raise stop from exc
+                    self._stop = stop
+                    return True
                 self._note_failure(exc, now)
-                return
+                return uploaded
+            uploaded = True
+            longest = max(longest, time.monotonic() - start)
             self._delivered = segment.raw_end
+            self._delivered_lines = segment.lines_end
             if segment is not self._current:
                 self._segments.remove(segment)
             else:
@@ -325,6 +381,7 @@ class ObjectStoreSink(Sink):
         self._failing_since = None
         self._last_error = None
         self._backoff = _FIRST_BACKOFF_S
+        return uploaded
 
     def _upload(self, segment: _Segment) -> None:
         if segment.number is None:
@@ -375,7 +432,17 @@ class ObjectStoreSink(Sink):
         self._retry_at = now + self._backoff
         self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
 
-    def _check_limits(self, now: float) -> None:
+    def _check_limits(self, now: float, uploaded: bool = False) -> None:
+        """Raise if the sink must stop; if the call ``uploaded`` something, the
+        next call does (this one returns, and the tracer counts the upload)."""
+        try:
+            self._limits(now)
+        except OSError as exc:
+            if not uploaded:
+                raise
+            self._stop = exc
+
+    def _limits(self, now: float) -> None:
         if self._failing_since is not None and now - self._failing_since >= self._retry_s:
             raise OSError(
                 f"uploads to {self.url_base} failed for {now - self._failing_since:.0f} s "

@@ -36,12 +36,20 @@ def _free_port() -> int:
 class FaultyProxy:
     """Forwards 127.0.0.1:port to a target; ``down()`` refuses new connections
     and cuts the open ones, ``up()`` listens again on the same port, and
-    ``hang = True`` holds every byte until it is set back to False."""
+    ``hang = True`` holds every byte until it is set back to False.
+
+    ``delay`` (seconds) holds each piece a client sends that long: a slow
+    store, that answers every request, late. ``puts`` (not ``None``) is how
+    many more uploads (PUTs) get through; the ones after fail: cut, or
+    refused with 403 AccessDenied if ``refuse_puts``."""
 
     def __init__(self, target: int) -> None:
         self.target = target
         self.port = _free_port()
         self.hang = False
+        self.delay = 0.0
+        self.puts: int | None = None
+        self.refuse_puts = False
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -106,6 +114,8 @@ class FaultyProxy:
                     data = src.recv(1 << 16)
                     if not data:
                         return
+                    if src is a and not self._let_through(a, data):
+                        return
                     key.data.sendall(data)
         except OSError:
             return
@@ -116,6 +126,28 @@ class FaultyProxy:
                     s.close()
             with self._lock:
                 self._conns.difference_update((a, b))
+
+    def _let_through(self, client: socket.socket, data: bytes) -> bool:
+        """Whether a piece the client sent goes on (after ``delay``)."""
+        if self.delay:
+            time.sleep(self.delay)
+        if data.startswith(b"PUT /"):
+            with self._lock:
+                if self.puts is not None:
+                    if self.puts <= 0:
+                        if self.refuse_puts:
+                            client.sendall(_DENIED)
+                        return False
+                    self.puts -= 1
+        return True
+
+
+_DENIED_BODY = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+_DENIED = (
+    b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\n"
+    + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_DENIED_BODY)
+    + _DENIED_BODY
+)
 
 
 class S3Server:
@@ -195,6 +227,9 @@ def s3_server() -> Iterator[S3Server]:
 def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     """The server, empty, its proxy up, and the standard variables pointing at it."""
     s3_server.proxy.hang = False
+    s3_server.proxy.delay = 0.0
+    s3_server.proxy.puts = None
+    s3_server.proxy.refuse_puts = False
     if s3_server.proxy._listener is None:
         s3_server.proxy.up()
     s3_server.clear()

@@ -28,7 +28,7 @@ from typing import Any
 
 from sinks import Sink
 
-from .._internals import first_caller, restore_gil
+from .._internals import first_caller, peek_count, restore_gil
 from .hooks import keep_signals_off_this_thread
 
 __all__ = ["Batch", "FlushMark", "SinkRunner", "logger"]
@@ -37,21 +37,104 @@ logger = logging.getLogger("rollout_trace")
 _INF = math.inf
 
 
-class Batch:
-    """Encoded events handed to every sink at once; ``on_first_ack`` runs once,
-    when the first sink wrote it (what the run counts as written)."""
+# Held to count a batch a staging sink delivered in part (``Batch.ack_part``)
+# and by the first sink that wrote a batch whole: the two must not both count
+# the same events.
+_PART_LOCK = threading.Lock()
 
-    __slots__ = ("_acks", "first_seq", "n", "on_first_ack")
+
+class Batch:
+    """Encoded events handed to every sink at once, one line each; ``on_first_ack``
+    counts them written once (what the run counts): when the first sink wrote
+    it whole, or as far as a staging sink delivered its first lines."""
+
+    __slots__ = ("_acks", "_part", "first_seq", "n", "on_first_ack")
 
     def __init__(self, n: int, first_seq: float, on_first_ack: Callable[[int], None]) -> None:
         self.n = n
         self.first_seq = first_seq
         self.on_first_ack = on_first_ack
         self._acks = itertools.count()
+        self._part = 0  # its first events counted by ack_part (under _PART_LOCK)
 
     def ack(self) -> None:
         if first_caller(self._acks):
-            self.on_first_ack(self.n)
+            with _PART_LOCK:
+                self.on_first_ack(self.n - self._part)
+                self._part = self.n
+
+    def ack_part(self, k: int) -> None:
+        """A sink holds the batch's first ``k`` events (of ``n``)."""
+        with _PART_LOCK:
+            if peek_count(self._acks) == 0 and k > self._part:
+                self.on_first_ack(k - self._part)
+                self._part = k
+
+
+class _Unsent:
+    """A staging sink's write not yet delivered whole: its batches, and how
+    far into them the sink delivered."""
+
+    __slots__ = ("batches", "done", "end", "end_lines", "lines", "whole")
+
+    def __init__(self, end: int, end_lines: int, lines: int, batches: list[Batch]) -> None:
+        self.end = end  # the runner's accepted bytes at its end
+        self.end_lines = end_lines  # ... and accepted lines
+        self.lines = lines
+        self.batches = batches
+        # Whether its lines are its batches' events, one each, in order (a
+        # lifecycle batch, n == 0, is one line): then a part is counted.
+        self.whole = lines == sum(b.n or 1 for b in batches)
+        self.done = 0  # lines of it the sink delivered (and were counted)
+
+    def count(self, upto: int) -> int:
+        """Count its first ``upto`` lines delivered (acks); the events newly counted."""
+        upto = min(upto, self.lines)
+        if upto <= self.done or (upto < self.lines and not self.whole):
+            return 0
+        if not self.whole:  # all of it, at once
+            self.done = upto
+            for batch in self.batches:
+                batch.ack()
+            return sum(batch.n for batch in self.batches)
+        new, start = 0, 0
+        for batch in self.batches:
+            size = batch.n or 1
+            if start + size > self.done and start < upto:  # it gains lines
+                have = min(upto, start + size) - start
+                if have == size:
+                    batch.ack()
+                else:
+                    batch.ack_part(have)
+                if batch.n:
+                    new += have - max(self.done - start, 0)
+            start += size
+        self.done = upto
+        return new
+
+    def short(self) -> list[Batch]:
+        """Its batches not delivered whole."""
+        if not self.whole:
+            return self.batches
+        out, start = [], 0
+        for batch in self.batches:
+            start += batch.n or 1
+            if start > self.done:
+                out.append(batch)
+        return out
+
+    def left(self) -> int:
+        """Its events not counted written."""
+        total = sum(b.n for b in self.batches)
+        if not self.whole:
+            return total if self.done < self.lines else 0
+        start, done = 0, 0
+        for batch in self.batches:
+            size = batch.n or 1
+            if batch.n:
+                done += min(max(self.done - start, 0), size)
+            start += size
+        return total - done
 
 
 class FlushMark:
@@ -125,7 +208,8 @@ class SinkRunner:
         # batches are gathered up to it, and a larger one goes in pieces.
         self.max_write = type(sink).max_write
         self._accepted = 0  # bytes its write() accepted (the thread that writes only)
-        self._unsent: deque[tuple[int, list[Batch]]] = deque()  # (end offset, batches)
+        self._accepted_lines = 0  # ... and lines
+        self._unsent: deque[_Unsent] = deque()
         self._piece = _MIN_PIECE  # a direct sink's bytes per call (_write_pieces)
         self._on_progress = on_progress
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -179,8 +263,8 @@ class SinkRunner:
         # sink's thread takes delivered batches off meanwhile.
         with self.lock:
             if self.live:
-                for _, batches in self._unsent:
-                    for batch in batches:
+                for unsent in self._unsent:
+                    for batch in unsent.batches:
                         if batch.n:
                             return min(self.first_lost, batch.first_seq)
             return self.first_lost
@@ -267,9 +351,10 @@ class SinkRunner:
         if self._handed != self._done:
             # What it held is lost to it; its seqs are not known here.
             self.first_lost = min(self.first_lost, 0)
-        while self._unsent:  # staged, never delivered
-            for batch in self._unsent.popleft()[1]:
-                self.lost += batch.n
+        while self._unsent:  # staged, never delivered (but for a part delivered)
+            unsent = self._unsent.popleft()
+            self.lost += unsent.left()
+            for batch in unsent.short():
                 self.first_lost = min(self.first_lost, batch.first_seq)
         marks, self._marks = self._marks, []
         return marks
@@ -409,19 +494,21 @@ class SinkRunner:
                 end = data.find(b"\n", start + most) + 1 or len(data)
             ok = self.live and self._call(self.sink.write, "write", data[start:end])
             start = end
-        self._count(ok, len(data), [batch])
+        self._count(ok, data, [batch])
 
     def _write(self, data: bytes, batches: list[Batch]) -> None:
         ok = self.live and self._call(self.sink.write, "write", data)
-        self._count(ok, len(data), batches)
+        self._count(ok, data, batches)
 
-    def _count(self, ok: bool, size: int, batches: list[Batch]) -> None:
-        """Count a write of ``size`` bytes holding ``batches``: written if ``ok``."""
+    def _count(self, ok: bool, data: bytes, batches: list[Batch]) -> None:
+        """Count a write of ``data`` holding ``batches``: written if ``ok``."""
         n = sum(batch.n for batch in batches)
         with self.lock:
             if ok and self.live and self.stages:
-                self._accepted += size
-                self._unsent.append((self._accepted, batches))
+                lines = data.count(b"\n")
+                self._accepted += len(data)
+                self._accepted_lines += lines
+                self._unsent.append(_Unsent(self._accepted, self._accepted_lines, lines, batches))
                 self._settle()
             elif ok and self.live:
                 self.written += n
@@ -442,14 +529,20 @@ class SinkRunner:
         """Count what a staging sink has delivered (under ``lock``)."""
         try:
             staged = self.sink.staged_bytes()
+            staged_lines = self.sink.staged_lines()
         except BaseException:  # a plugin's bug must not stop the writer; nothing counts
             return
         delivered = self._accepted - staged
         unsent = self._unsent
-        while unsent and unsent[0][0] <= delivered:
-            for batch in unsent.popleft()[1]:
-                self.written += batch.n
-                batch.ack()
+        while unsent and unsent[0].end <= delivered:
+            first = unsent.popleft()
+            self.written += first.count(first.lines)
+        if unsent and staged_lines is not None:
+            # A write delivered in part (the end of a segment, its first lines).
+            first = unsent[0]
+            upto = self._accepted_lines - staged_lines - (first.end_lines - first.lines)
+            if upto > first.done:
+                self.written += first.count(upto)
 
     def undelivered_reason(self) -> str:
         """Why a staging sink's batches are lost at the close: what it says of them."""

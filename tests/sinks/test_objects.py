@@ -471,6 +471,82 @@ def test_a_store_that_refuses_the_object_stops_the_sink_at_once(
     assert f"s3://{bucket}/runs/t.000001.jsonl" in stopped  # the object it would not take
 
 
+# A call that uploaded one segment and then found the sink must stop: the
+# upload still counts (what limit stops it, and the tries it takes to get there).
+STOPPED_AFTER_AN_UPLOAD = [
+    # An outage older than retry_s: the store takes one upload, then fails again.
+    pytest.param("retry_s", "&retry_s=1", 1_000, id="past-retry_s"),
+    # The store answers the next upload with 403: a refusal stops the sink at once.
+    pytest.param("refused", "", 1_000, id="refused"),
+    # What is left staged is more than the sink holds (60 kB here, 256 MB in earnest).
+    pytest.param("max_staged", "", 1_500, id="past-max-staged"),
+]
+
+
+@pytest.mark.parametrize("driver", TRACERS, ids=TRACER_IDS)
+@pytest.mark.parametrize(("limit", "options", "more"), STOPPED_AFTER_AN_UPLOAD)
+def test_an_upload_just_before_the_sink_stops_counts_as_written(
+    driver: Driver,
+    s3: S3Server,
+    prefix: str,
+    limit: str,
+    options: str,
+    more: int,
+    trace_log: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Segments of 20 kB (about 150 events): one call uploads several.
+    if limit == "max_staged":
+        monkeypatch.setattr(sinks.objects, "_MAX_STAGED", 60_000)
+    uri = f"s3://{BUCKET}/{prefix}/t.jsonl?rotate_mb=0.02{options}"
+    s3.proxy.puts = 0  # every upload fails (the connection is cut)
+
+    async def scenario(h: Handle) -> bool:
+        await _emit(h, 0, 300)  # 40 kB staged
+        await h.sleep(1.2)  # past retry_s=1, and past the backoff
+        s3.proxy.puts = 1  # one upload gets through, the next fails
+        s3.proxy.refuse_puts = limit == "refused"
+        await _emit(h, 300, 300 + more)
+        await h.sleep(0.3)
+        return await _flush(h)
+
+    out = driver.run([uri], scenario, close_timeout=4.0)
+    assert out.value is False
+    stored = _versions(s3, prefix)
+    assert stored == list(range(len(stored))) and len(stored) > 100  # one segment, at least
+    c = out.counts
+    assert (c.written, c.dropped) == (len(stored), 300 + more - len(stored))
+    (stopped,) = _warnings(trace_log, prefix, "is stopped")
+    why = {"retry_s": "(retry_s=1)", "refused": "PermissionError", "max_staged": "are not held"}
+    assert why[limit] in stopped
+
+
+@pytest.mark.parametrize("driver", TRACERS, ids=TRACER_IDS)
+def test_a_slow_store_is_not_taken_for_a_hung_one(
+    driver: Driver, s3: S3Server, prefix: str, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # Each upload takes about 0.3 s, within timeout_s; one batch ends some
+    # 13 segments, which one call would upload in 4 s, past close_timeout.
+    uri = f"s3://{BUCKET}/{prefix}/t.jsonl?rotate_mb=0.02&timeout_s=1"
+    close_timeout = 2.0
+
+    async def scenario(h: Handle) -> int:
+        s3.proxy.delay = 0.15
+        await _emit(h, 0, 2_000)
+        flushes = 1
+        while not await _flush(h):  # each delivers some, the rest stays staged
+            flushes += 1
+            assert flushes < 30
+        assert h.counts.written == len(_versions(s3, prefix)) == 2_000
+        return flushes
+
+    out = driver.run([uri], scenario, close_timeout=close_timeout)
+    assert out.value > 1  # a flush's call uploads only what fits in its time
+    assert _versions(s3, prefix) == list(range(2_000))
+    assert out.counts.written == 2_000 and out.counts.dropped == 0
+    assert _warnings(trace_log, prefix) == []  # never given up
+
+
 @pytest.mark.parametrize("driver", TRACERS, ids=TRACER_IDS)
 def test_a_slow_store_gets_everything(
     driver: Driver, s3: S3Server, prefix: str, trace_log: pytest.LogCaptureFixture
