@@ -484,24 +484,33 @@ class SinkRunner:
 
     def _write_split(self, data: bytes, batch: Batch, most: int) -> None:
         """A batch larger than the sink's ``max_write``, in writes of whole lines
-        of at most that many bytes (a longer line alone). It is counted once,
-        when all went: the other sinks share ``batch``, whose first
-        acknowledgement counts it written."""
-        ok, start = True, 0
+        of at most that many bytes (a longer line alone). Each piece written
+        counts its lines (one event each) at once (``Batch.ack_part``, which
+        the other sinks sharing ``batch`` respect): a later piece that fails
+        loses only what it and the rest held, as the direct path's pieces do."""
+        ok, start, sent = True, 0, 0
         while ok and start < len(data):
             end = data.rfind(b"\n", start, start + most) + 1
             if end <= start:  # one line longer than max_write: it goes whole
                 end = data.find(b"\n", start + most) + 1 or len(data)
             ok = self.live and self._call(self.sink.write, "write", data[start:end])
+            if ok and end < len(data) and not self.stages:
+                lines = data.count(b"\n", start, end)
+                with self.lock:
+                    if self.live:
+                        self.written += lines
+                        sent += lines
+                        batch.ack_part(sent)
             start = end
-        self._count(ok, data, [batch])
+        self._count(ok, data, [batch], sent)
 
     def _write(self, data: bytes, batches: list[Batch]) -> None:
         ok = self.live and self._call(self.sink.write, "write", data)
         self._count(ok, data, batches)
 
-    def _count(self, ok: bool, data: bytes, batches: list[Batch]) -> None:
-        """Count a write of ``data`` holding ``batches``: written if ``ok``."""
+    def _count(self, ok: bool, data: bytes, batches: list[Batch], counted: int = 0) -> None:
+        """Count a write of ``data`` holding ``batches``: written if ``ok``; of
+        their events, ``counted`` already were (the pieces of a split write)."""
         n = sum(batch.n for batch in batches)
         with self.lock:
             if ok and self.live and self.stages:
@@ -511,13 +520,13 @@ class SinkRunner:
                 self._unsent.append(_Unsent(self._accepted, self._accepted_lines, lines, batches))
                 self._settle()
             elif ok and self.live:
-                self.written += n
+                self.written += n - counted
                 # Under the lock, with the sink's own count: a run given up
                 # at its deadline fixes both at one instant.
                 for batch in batches:
                     batch.ack()
             else:
-                self.lost += n
+                self.lost += n - counted
                 self.first_lost = min(self.first_lost, *(batch.first_seq for batch in batches))
                 ok = False
         self._done += n
@@ -529,9 +538,12 @@ class SinkRunner:
         """Count what a staging sink has delivered (under ``lock``)."""
         try:
             staged = self.sink.staged_bytes()
-            staged_lines = self.sink.staged_lines()
         except BaseException:  # a plugin's bug must not stop the writer; nothing counts
             return
+        try:
+            staged_lines = self.sink.staged_lines()
+        except BaseException:  # then only whole writes count, as for a sink without it
+            staged_lines = None
         delivered = self._accepted - staged
         unsent = self._unsent
         while unsent and unsent[0].end <= delivered:

@@ -309,3 +309,30 @@ def test_a_direct_sink_that_turns_slow_while_a_flush_waits_is_not_taken_for_hung
     assert sink.slow_sizes and max(sink.slow_sizes) <= _MIN_PIECE
     runner.close()
     assert runner.ended.wait(10)
+
+
+class SplitSink(HeldSink):
+    """Takes at most three lines of ``_line(10..99)`` a write (``max_write``)."""
+
+    max_write = 3 * len(_line(10))
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["thread", "direct"])
+def test_a_split_batch_counts_the_pieces_written_before_one_failed(direct: bool) -> None:
+    # Ten events go in pieces of three; the third piece fails. The two pieces
+    # the sink took are written (it holds them, as a collector holds requests
+    # it answered), the rest lost: the same count whoever writes.
+    sink = SplitSink(fail_at=3)
+    sink.release.set()
+    acks: list[int] = []
+    runner = SinkRunner("held://", sink, 1_000_000, lambda: None, direct=direct)
+    runner.start()
+    assert runner.opened.wait(10)
+    runner.submit(b"".join(_line(seq) for seq in range(10, 20)), Batch(10, 10, acks.append))
+    runner.close()
+    assert runner.ended.wait(10)
+    assert [w.count(b"\n") for w in sink.writes] == [3, 3, 3]  # the last one raised
+    held = sum(w.count(b"\n") for w in sink.writes[:2])
+    assert sum(acks) == runner.written == held == 6
+    assert runner.lost == 10 - held
+    assert runner.error is not None and "Input/output error" in runner.error
