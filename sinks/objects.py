@@ -310,7 +310,8 @@ class ObjectStoreSink(Sink):
         return self._accepted_lines - self._delivered_lines
 
     def why_staged(self) -> str | None:
-        return self._last_error
+        # A stop waiting for the next call (a refusal, a limit) is the reason.
+        return str(self._stop) if self._stop is not None else self._last_error
 
     def _client_options(self, conf: Mapping[str, Any]) -> dict[str, Any]:
         """Options for the filesystem beyond fsspec's configuration (which wins)."""
@@ -440,7 +441,8 @@ class ObjectStoreSink(Sink):
         except OSError as exc:
             if not uploaded:
                 raise
-            self._stop = exc
+            if self._stop is None:  # a refusal this call met first stays the reason
+                self._stop = exc
 
     def _limits(self, now: float) -> None:
         if self._failing_since is not None and now - self._failing_since >= self._retry_s:

@@ -809,3 +809,22 @@ def test_the_readers_read_the_run_as_written(
     read = list(rt.read(f"s3://{BUCKET}/{prefix}/", problems))
     assert read == list(rt.read(str(local))) and len(read) == 3_002
     assert problems == []
+
+
+def test_a_stop_waiting_for_the_next_call_is_the_reason_given_for_what_is_staged(
+    s3: S3Server, prefix: str
+) -> None:
+    # The sink alone: a write that ends two segments, the first stored and the
+    # second refused, returns (the upload counts) and keeps the refusal for
+    # its next call; until then it is why the rest is staged, as the tracer
+    # says when its close deadline comes first.
+    sink = sinks.objects.S3Sink(f"{BUCKET}/{prefix}/t.jsonl", {"rotate_mb": "0.02"})
+    sink.open()
+    s3.proxy.puts = 1  # one upload gets through, the next is refused
+    s3.proxy.refuse_puts = True
+    sink.write(b"".join(b'{"i":%05d,"pad":"%s"}\n' % (i, b"x" * 100) for i in range(500)))
+    assert [key for key, _ in _stored(s3, prefix)] == [f"{prefix}/t.000001.jsonl"]
+    why = sink.why_staged()
+    assert why is not None and "PermissionError" in why and "t.000002.jsonl" in why
+    with pytest.raises(OSError, match="PermissionError"):
+        sink.flush()
