@@ -16,7 +16,6 @@ after ``close_timeout`` as any other (``Engine.writer_stuck``).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import queue
@@ -28,113 +27,14 @@ from typing import Any
 
 from sinks import Sink
 
-from .._internals import first_caller, peek_count, restore_gil
+from .._internals import restore_gil
+from .batches import Batch, Unsent
 from .hooks import keep_signals_off_this_thread
 
 __all__ = ["Batch", "FlushMark", "SinkRunner", "logger"]
 
 logger = logging.getLogger("rollout_trace")
 _INF = math.inf
-
-
-# Held to count a batch a staging sink delivered in part (``Batch.ack_part``)
-# and by the first sink that wrote a batch whole: the two must not both count
-# the same events.
-_PART_LOCK = threading.Lock()
-
-
-class Batch:
-    """Encoded events handed to every sink at once, one line each; ``on_first_ack``
-    counts them written once (what the run counts): when the first sink wrote
-    it whole, or as far as a staging sink delivered its first lines."""
-
-    __slots__ = ("_acks", "_part", "first_seq", "n", "on_first_ack")
-
-    def __init__(self, n: int, first_seq: float, on_first_ack: Callable[[int], None]) -> None:
-        self.n = n
-        self.first_seq = first_seq
-        self.on_first_ack = on_first_ack
-        self._acks = itertools.count()
-        self._part = 0  # its first events counted by ack_part (under _PART_LOCK)
-
-    def ack(self) -> None:
-        if first_caller(self._acks):
-            with _PART_LOCK:
-                self.on_first_ack(self.n - self._part)
-                self._part = self.n
-
-    def ack_part(self, k: int) -> None:
-        """A sink holds the batch's first ``k`` events (of ``n``)."""
-        with _PART_LOCK:
-            if peek_count(self._acks) == 0 and k > self._part:
-                self.on_first_ack(k - self._part)
-                self._part = k
-
-
-class _Unsent:
-    """A staging sink's write not yet delivered whole: its batches, and how
-    far into them the sink delivered."""
-
-    __slots__ = ("batches", "done", "end", "end_lines", "lines", "whole")
-
-    def __init__(self, end: int, end_lines: int, lines: int, batches: list[Batch]) -> None:
-        self.end = end  # the runner's accepted bytes at its end
-        self.end_lines = end_lines  # ... and accepted lines
-        self.lines = lines
-        self.batches = batches
-        # Whether its lines are its batches' events, one each, in order (a
-        # lifecycle batch, n == 0, is one line): then a part is counted.
-        self.whole = lines == sum(b.n or 1 for b in batches)
-        self.done = 0  # lines of it the sink delivered (and were counted)
-
-    def count(self, upto: int) -> int:
-        """Count its first ``upto`` lines delivered (acks); the events newly counted."""
-        upto = min(upto, self.lines)
-        if upto <= self.done or (upto < self.lines and not self.whole):
-            return 0
-        if not self.whole:  # all of it, at once
-            self.done = upto
-            for batch in self.batches:
-                batch.ack()
-            return sum(batch.n for batch in self.batches)
-        new, start = 0, 0
-        for batch in self.batches:
-            size = batch.n or 1
-            if start + size > self.done and start < upto:  # it gains lines
-                have = min(upto, start + size) - start
-                if have == size:
-                    batch.ack()
-                else:
-                    batch.ack_part(have)
-                if batch.n:
-                    new += have - max(self.done - start, 0)
-            start += size
-        self.done = upto
-        return new
-
-    def short(self) -> list[Batch]:
-        """Its batches not delivered whole."""
-        if not self.whole:
-            return self.batches
-        out, start = [], 0
-        for batch in self.batches:
-            start += batch.n or 1
-            if start > self.done:
-                out.append(batch)
-        return out
-
-    def left(self) -> int:
-        """Its events not counted written."""
-        total = sum(b.n for b in self.batches)
-        if not self.whole:
-            return total if self.done < self.lines else 0
-        start, done = 0, 0
-        for batch in self.batches:
-            size = batch.n or 1
-            if batch.n:
-                done += min(max(self.done - start, 0), size)
-            start += size
-        return total - done
 
 
 class FlushMark:
@@ -209,7 +109,7 @@ class SinkRunner:
         self.max_write = type(sink).max_write
         self._accepted = 0  # bytes its write() accepted (the thread that writes only)
         self._accepted_lines = 0  # ... and lines
-        self._unsent: deque[_Unsent] = deque()
+        self._unsent: deque[Unsent] = deque()
         self._piece = _MIN_PIECE  # a direct sink's bytes per call (_write_pieces)
         self._on_progress = on_progress
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -517,7 +417,7 @@ class SinkRunner:
                 lines = data.count(b"\n")
                 self._accepted += len(data)
                 self._accepted_lines += lines
-                self._unsent.append(_Unsent(self._accepted, self._accepted_lines, lines, batches))
+                self._unsent.append(Unsent(self._accepted, self._accepted_lines, lines, batches))
                 self._settle()
             elif ok and self.live:
                 self.written += n - counted
