@@ -35,7 +35,14 @@ memory case), with its targets: ``cost`` at the default ``--jobs`` reads at
 least as many lines a second as the bare loop, and peaks under 300 MB over
 10,000,000 lines with 100,000 siblings.
 
-    python benchmarks/run_all.py                     # about 15 minutes
+Last ``host_impact.py`` (its own interleaved rounds, ``--repeat`` of them):
+what the tracer costs the program hosting it, beside no tracer and a floor,
+under paced loads, bursts, urgent events and 2 emitting threads: a 1 ms
+ticker's lateness on the loop, the host's work per second, context switches
+and the smallest switch interval seen. Its table is a report; its targets are
+in its docstring.
+
+    python benchmarks/run_all.py                     # about 20 minutes
     python benchmarks/run_all.py --quick             # a smoke run
     python benchmarks/run_all.py --repeat 9 --out results.json
 """
@@ -138,6 +145,7 @@ def main() -> None:
             note = result.get("error", "")[-300:] or result.get("check", "")
             print(f"round {rnd + 1}/{args.repeat} {label}: done {note}", file=sys.stderr)
     cost = _cost_benchmark(args)
+    host = _host_impact(args)
     elapsed = time.perf_counter() - started
 
     med = {
@@ -170,12 +178,13 @@ def main() -> None:
     )
     report.append(_ratio_table(ratios))
     report.append(_cost_report(cost))
+    report.append(_host_report(host))
+    if args.readme:  # the tables only: verdicts on targets belong to this script's output
+        write_readme(Path(args.readme), args, report[1:])
     targets = _floor_targets(med, floors) + _targets(med, ratios) + _cost_targets(cost)
     report.append("\nTargets:\n")
     report += [f"- {verdict} {text}" for verdict, text in targets]
     print("\n".join(report))
-    if args.readme:
-        write_readme(Path(args.readme), args, report[1:])
 
     with open(args.out, "w") as f:
         json.dump(
@@ -188,6 +197,7 @@ def main() -> None:
                 "targets": [{"verdict": v, "target": t} for v, t in targets],
                 "runs": runs,
                 "cost": cost,
+                "host_impact": host,
             },
             f,
             indent=2,
@@ -201,7 +211,7 @@ README_END = "<!-- run_all.py --readme: to here -->"
 
 
 def write_readme(path: Path, args: argparse.Namespace, report: list[str]) -> None:
-    """Put ``report`` (the run's tables and targets) between the markers in ``path``."""
+    """Put ``report`` (the run's tables) between the markers in ``path``."""
     text = path.read_text(encoding="utf-8")
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
@@ -233,6 +243,29 @@ def _cost_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             return {"error": (proc.stderr or proc.stdout).strip()[-2000:]}
         result: dict[str, Any] = json.loads(out.read_text())
         return result
+
+
+def _host_impact(args: argparse.Namespace) -> dict[str, Any]:
+    """``host_impact.py``: its own interleaved rounds of every scenario; its
+    table as it printed it (less the machine line, said above) and its JSON."""
+    print("host_impact.py: ticker lateness and host work under the tracer", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "host.json"
+        cmd = [sys.executable, str(HERE / "host_impact.py"), "--out", str(out)]
+        cmd += ["--quick"] if args.quick else ["--repeat", str(args.repeat)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not out.exists():
+            return {"error": (proc.stderr or proc.stdout).strip()[-2000:]}
+        result: dict[str, Any] = json.loads(out.read_text())
+        lines = proc.stdout.strip().splitlines()
+        result["report"] = "\n".join(x for x in lines if not x.startswith("machine:")).strip()
+        return result
+
+
+def _host_report(host: dict[str, Any]) -> str:
+    if "error" in host:
+        return f"\nHost impact: the benchmark failed: {host['error']}"
+    return "\n" + host["report"]
 
 
 def _cost_report(cost: dict[str, Any]) -> str:

@@ -41,9 +41,8 @@ from ._schema.events import (
 from ._timeline.document import timeline_document
 from ._timeline.page import timeline_html
 from ._version import __version__
-from ._writing.async_tracer import Tracer, tracer
 from ._writing.config import TraceCounts
-from ._writing.sync_tracer import SyncTracer, sync_tracer
+from ._writing.tracers import SyncTracer, Tracer, sync_tracer, tracer
 
 __all__ = [
     "__version__",

@@ -48,14 +48,19 @@ class TracerStateError(RolloutTraceError, RuntimeError):
 
 
 class EventTagError(RolloutTraceError, TypeError):
-    """An event class was defined with a tag that another event class holds.
+    """An event class was refused: its lines would not be event lines a reader takes.
 
-    Raised by the ``class`` statement of a class without ``tag=``. msgspec sets
-    an explicit ``tag=`` only after every hook of ours has run, so a clash of
-    one is raised when the next event class is defined or a tag is first looked
-    up (reading, ``event_types()``). ``tag`` is the tag; ``classes`` the class
-    that holds it and the one refused (just the refused one when the tag is not
-    a string). Also a ``TypeError``, as a bad class definition is.
+    Its tag is one another event class holds or not a str, or its msgspec
+    options change the line (``array_like=True``, a ``tag_field`` other than
+    ``"event"``, ``tag=False``, an envelope field renamed). Raised by the
+    ``class`` statement of a class without ``tag=`` whose tag is taken.
+    msgspec sets an explicit ``tag=`` and the other options only after every
+    hook of ours has run, so such a class is refused when the next event class
+    is defined, a tag is first looked up (reading, ``event_types()``), or
+    ``emit`` first meets it; then ``emit`` raises this for each of its events.
+    ``tag`` is the tag; ``classes`` the class that holds it and the one refused
+    (just the refused one when it is not refused for a taken tag). Also a
+    ``TypeError``, as a bad class definition is.
     """
 
     def __init__(self, message: str, *, tag: object = None, classes: tuple[type, ...] = ()) -> None:

@@ -9,7 +9,6 @@ import os
 import time
 import zlib
 from collections.abc import Mapping
-from typing import Any
 
 from ._base import Sink, SinkOptionValueError
 
@@ -21,6 +20,9 @@ _FSYNC_MODES = ("never", "batch", "always")
 # writing thread every system call lets the program take the GIL, which the
 # thread then waits for (a switch interval, 5 ms, while the program is busy).
 _LOOK_EVERY = 0.25
+# More than JSON lines compress to (some 10 to 20 times): the text a gzip
+# segment's room is first tried with.
+_GZIP_RATIO = 32
 logger = logging.getLogger("rollout_trace")
 
 
@@ -28,11 +30,11 @@ class JsonlSink(Sink):
     """Appends each batch to a file with one write; makes parent folders.
 
     The file is opened unbuffered, so nothing is held in a Python buffer that
-    a forked child could write a second time. ``.jsonl.gz`` files get one
-    gzip member per open, and every batch ends with a full flush: it is on a
-    byte boundary, so a killed writer leaves a readable prefix, and it refers
-    to nothing before it, so a reader can inflate any batch alone when
-    writers shared the file (a fork) or what came before it is lost.
+    a forked child could write a second time. In a ``.jsonl.gz`` file each
+    write is one whole gzip member (header, deflate data, trailer), so
+    writers appending to one path (a forked child, a restored run) never
+    interleave inside a member, any gzip reader takes the file, and a member
+    cut short by a kill loses only its own lines.
 
     A file that is deleted, or moved away (log rotation), while the sink
     writes is noticed before the first batch written after a ``flush()`` or
@@ -52,9 +54,9 @@ class JsonlSink(Sink):
     most ``rotate_mb`` megabytes (10**6 bytes as written; a write is split at
     whole lines, a line longer than that takes a segment of its own) and is
     ended as soon as it is full; one ``rotate_s`` seconds old is ended before
-    the next batch or at the next ``flush()``. An ended segment is a whole
-    file (a gzip one has its trailer), and a reader takes a run's segments
-    as one run, in any order.
+    the next batch or at the next ``flush()``. A write split over two
+    segments is a member in each. An ended segment is a whole file, and a
+    reader takes a run's segments as one run, in any order.
     """
 
     options = frozenset({"fsync", "rotate_mb", "rotate_s"})
@@ -88,7 +90,7 @@ class JsonlSink(Sink):
         self._fd = -1
         self._identity: tuple[int, int] = (0, 0)
         self._look_at = 0.0  # time.monotonic() from which a write looks at the path
-        self._gzip: Any = None
+        self._gzip = self.base.endswith(".gz")
         self._made_dirs: list[str] = []
         self._made_file = False
 
@@ -117,8 +119,6 @@ class JsonlSink(Sink):
         self._identity = (st.st_dev, st.st_ino)
         if self.fsync == "always":
             _fsync_dir(parent)
-        if self.base.endswith(".gz"):
-            self._gzip = zlib.compressobj(wbits=31)  # 31: a gzip header and trailer
         self._segment_bytes = 0
         if self._rotate_s is not None:
             self._segment_until = time.monotonic() + self._rotate_s
@@ -169,12 +169,9 @@ class JsonlSink(Sink):
         at its path is still the one cut; and only where the file still ends
         with this write's bytes (another writer that appended since keeps its
         lines, and this write's stay, with a warning). A file left empty that
-        this sink made is removed.
+        this sink made is removed. A gzip file is cut back to the end of a
+        whole member: no state carries over from one write to the next.
         """
-        # The compressor has taken in what is cut: no trailer can be right
-        # for the member now, which stays cut at a batch's end, as a killed
-        # writer leaves it (readers take that).
-        self._gzip = None
         paths = {fd: path for fd, path in self._ended}
         if self._fd >= 0:
             paths[self._fd] = self.path
@@ -215,30 +212,50 @@ class JsonlSink(Sink):
             self._close_file()  # old enough: ended before this batch
         limit = self._rotate_bytes
         if limit is None:
-            self._write(data, now)
+            self._write(_gzip_member(data) if self._gzip else data, now)
             return
         # A segment ends once full, in the middle of a batch if need be: a
         # write can join batches queued for megabytes. Each piece is whole
-        # lines; for gzip, its compressed size is below its own.
+        # lines, and for gzip one member.
         while data:
             if self._fd >= 0 and self._segment_bytes >= limit:
                 self._close_file()
             room = int(limit - self._segment_bytes) if self._fd >= 0 else int(limit)
-            if len(data) <= room:
-                piece, data = data, b""
-            else:
-                cut = data.rfind(b"\n", 0, room) + 1
-                if not cut:  # not a whole line fits what is left
-                    if self._fd >= 0 and self._segment_bytes:
-                        self._close_file()
-                        continue
-                    cut = data.find(b"\n") + 1 or len(data)  # a line longer than a segment
-                piece, data = data[:cut], data[cut:]
-            self._write(piece, now)
+            cut, out = self._fit(data, room)
+            if not cut:  # not a whole line fits what is left
+                if self._fd >= 0 and self._segment_bytes:
+                    self._close_file()
+                    continue
+                cut = data.find(b"\n") + 1 or len(data)  # a line longer than a segment
+                out = _gzip_member(data[:cut]) if self._gzip else data[:cut]
+            data = data[cut:]
+            self._write(out, now)
+            if data:
+                self._close_file()  # the rest does not fit: as full as this write makes it
         if self._segment_bytes >= limit:
             self._close_file()  # full: whole now, not when the next batch comes
 
+    def _fit(self, data: bytes, room: int) -> tuple[int, bytes]:
+        """How many bytes of ``data`` are the most whole lines that fit in ``room``
+        bytes as written, and those bytes as written; (0, b"") when no line fits."""
+        if not self._gzip:
+            cut = len(data) if len(data) <= room else data.rfind(b"\n", 0, room) + 1
+            return cut, data[:cut]
+        # A member's size is known once it is made: tried on a guess, made again
+        # on one scaled by how far it missed. Guesses only shrink, so the first
+        # is more text than the room can hold compressed.
+        size = min(len(data), _GZIP_RATIO * room)
+        while True:
+            cut = len(data) if size >= len(data) else data.rfind(b"\n", 0, size) + 1
+            if not cut:
+                return 0, b""
+            member = _gzip_member(data[:cut])
+            if len(member) <= room:
+                return cut, member
+            size = cut * room // len(member)
+
     def _write(self, data: bytes, now: float) -> None:
+        """Put ``data``, as written (a gzip member already), in the file or segment."""
         if self._fd < 0 and self.rotating:  # the last segment was ended
             self._next()
             self._look_at = now + _LOOK_EVERY  # just made
@@ -246,8 +263,6 @@ class JsonlSink(Sink):
             self._look_at = now + _LOOK_EVERY
             if not self._still_there():
                 self._reopen()
-        if self._gzip is not None:
-            data = self._gzip.compress(data) + self._gzip.flush(zlib.Z_FULL_FLUSH)
         self._put(self._fd, data)
         self._segment_bytes += len(data)
         if self.fsync == "batch":
@@ -266,17 +281,10 @@ class JsonlSink(Sink):
         fd, self._fd = self._fd, -1
         if fd < 0:
             return
-        try:
-            if self._gzip is not None:
-                self._put(fd, self._gzip.flush(zlib.Z_FINISH))
-                self._gzip = None
-                if self.fsync != "never":  # the trailer is what makes it whole
-                    os.fsync(fd)
-        finally:
-            if self._batch is not None:
-                self._ended.append((fd, self.path))  # closed when the write is done
-            else:
-                os.close(fd)
+        if self._batch is not None:
+            self._ended.append((fd, self.path))  # closed when the write is done
+        else:
+            os.close(fd)
 
     def close(self) -> None:
         self._close_file()
@@ -286,6 +294,12 @@ class JsonlSink(Sink):
         if fd >= 0:
             os.close(fd)
         _undo(self.path, self._made_file, self._made_dirs)
+
+
+def _gzip_member(text: bytes) -> bytes:
+    """``text`` as one whole gzip member: header, deflate data and trailer."""
+    deflate = zlib.compressobj(wbits=31)  # 31: with gzip's header and trailer
+    return deflate.compress(text) + deflate.flush(zlib.Z_FINISH)
 
 
 def _positive(options: Mapping[str, str], name: str, unit: str, scale: int) -> float | None:

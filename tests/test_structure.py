@@ -1,5 +1,6 @@
 """The package's shape, checked: no import circles, no private names across modules,
-no module over 600 lines, and a demo that uses only the public ``rollout_trace``.
+and a demo that uses only the public ``rollout_trace``. Modules are sized by
+cohesion, not by a line count.
 
 Imports are read with ``ast``, not run: every ``import`` statement counts,
 those inside functions and under ``if TYPE_CHECKING:`` too, since a circle
@@ -19,7 +20,6 @@ import rollout_trace as rt
 
 ROOT = Path(__file__).parents[1]
 PACKAGE = "rollout_trace"
-MAX_LINES = 600
 DEMO = f"{PACKAGE}._demo"
 # What the demo may name on `rollout_trace` besides `__all__`: plain module facts.
 DEMO_DUNDERS = frozenset({"__file__", "__version__"})
@@ -226,15 +226,6 @@ def private_uses(pkg: Package) -> list[str]:
     ]
 
 
-def long_modules(pkg: Package, limit: int = MAX_LINES) -> list[str]:
-    out = []
-    for module in pkg.modules.values():
-        count = len(module.path.read_text(encoding="utf-8").splitlines())
-        if count > limit:
-            out.append(f"{module.name}: {count} lines (at most {limit})")
-    return out
-
-
 def demo_imports(pkg: Package, public: frozenset[str], demo: str = DEMO) -> list[str]:
     """What the demo takes from the package other than its public top level.
 
@@ -272,10 +263,6 @@ def test_no_import_circles(package: Package) -> None:
 
 def test_no_private_name_is_taken_across_modules(package: Package) -> None:
     assert private_uses(package) == []
-
-
-def test_no_module_is_over_600_lines(package: Package) -> None:
-    assert long_modules(package) == []
 
 
 def test_the_demo_uses_only_the_public_package(package: Package) -> None:
@@ -332,10 +319,6 @@ def test_private_names_are_found_by_import_and_by_attribute(fake: Package) -> No
         "pkg.d takes _hidden from pkg.c",  # from .c import _hidden
         "pkg.sub takes _secret from pkg.sub._mod",  # an __init__ re-exporting a private
     ]  # `from .sub import _mod` is a module, not a private name
-
-
-def test_a_long_module_is_found(fake: Package) -> None:
-    assert long_modules(fake, limit=6) == ["pkg.c: 7 lines (at most 6)"]
 
 
 def test_a_demo_reaching_past_the_public_package_is_found(fake: Package) -> None:

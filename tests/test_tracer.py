@@ -30,7 +30,7 @@ def memory(t: rt.Tracer, i: int = 0) -> MemorySink:
 @pytest.mark.parametrize(
     ("buffer", "burst", "dropped"),
     [
-        (1_000, 5_000, 4_000),  # a burst 5x the buffer: the surplus is dropped
+        (1_000, 5_000, 4_000),  # a burst 5x the buffer: at most the surplus is dropped
         (1_000, 1_000, 0),  # exactly the buffer: nothing dropped
         (65_536, 50_000, 0),  # the default buffer holds a 50k burst
     ],
@@ -39,17 +39,19 @@ async def test_a_burst_without_yielding_drops_only_the_surplus(
     buffer: int, burst: int, dropped: int, trace_log: pytest.LogCaptureFixture
 ) -> None:
     async with rt.tracer("memory://", buffer=buffer, batch_size=min(buffer // 4, 4096)) as t:
-        for i in range(burst):  # never yields: the writer cannot run
+        for i in range(burst):  # never yields: the writer thread takes what it can meanwhile
             t.emit(dispatched(i))
         sink = memory(t)
     run = only_run(sink.getvalue(), allow_drops=True, uri="memory://")
     assert run.closed is not None
     c = run.closed
     assert c["emitted"] == burst
-    assert c["dropped"] == dropped  # the buffer holds exactly `buffer` events
-    assert c["written"] == len(run.events) == burst - dropped
-    # The oldest events are kept, the newest dropped.
-    assert [e["seq"] for e in run.events] == list(range(1, burst - dropped + 1))
+    assert c["dropped"] <= dropped  # the queue holds `buffer` events at any time
+    assert c["written"] == len(run.events) == burst - c["dropped"]
+    # Every dropped event has a seq of the run that no line has.
+    seqs = [e["seq"] for e in run.events]
+    assert seqs == sorted(set(seqs))
+    assert len(set(range(1, burst + 1)) - set(seqs)) == c["dropped"]
     full = [r for r in trace_log.records if "is full" in r.getMessage()]
     assert len(full) == (1 if c["dropped"] else 0)
 
@@ -186,87 +188,32 @@ async def test_the_pump_never_puts_the_loop_to_sleep_for_a_sink(
     assert (c.dropped > 0) is hold, c
 
 
-@pytest.mark.parametrize(
-    ("hold", "lent"),
-    [
-        # The sink's thread is behind without a turn of the GIL for longer than
-        # two switch intervals (here: held between two of its calls, where a
-        # thread waits for the GIL): the pump lends it the GIL (a short switch
-        # interval) instead of putting the loop to sleep.
-        ("between", True),
-        # Held inside a write (a slow sink, a pipe nobody reads): a thread back
-        # from a short call may be waiting for the GIL and is lent it, but a
-        # call that lasts is a sink blocked in the system: the interval is put
-        # back while it still hangs, not kept short for a sink that hangs.
-        ("write", None),
-        # Inside writes of 30 ms each: as far as the pump can tell, each may
-        # have returned and be waiting for the GIL, so it is lent.
-        ("short-write", True),
-        # A sink that keeps up may or may not be lent it, briefly.
-        (None, None),
-    ],
-)
-async def test_a_sink_thread_without_a_turn_is_lent_the_gil_and_it_is_put_back(
-    hold: str | None, lent: bool | None, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("write_s", [0.0, 0.03])
+async def test_a_busy_loop_gets_everything_written_without_touching_the_switch_interval(
+    write_s: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rollout_trace._internals import LEND_INTERVAL
-
-    before = sys.getswitchinterval()
+    # A busy loop drops and retakes the GIL at every poll of its selector, so
+    # a thread waiting for it may wait as long as the loop stays busy. Once
+    # the tracer answered that by setting the process's switch interval to
+    # 10 us (every thread of the host then switched 50 times as often); a
+    # library must leave interpreter-wide settings alone. Writes of 30 ms (a
+    # slow sink) were the case that set it.
     intervals: list[float] = []
-    real_set = sys.setswitchinterval
-
-    def setswitchinterval(value: float) -> None:
-        intervals.append(value)
-        real_set(value)
-
-    monkeypatch.setattr(sys, "setswitchinterval", setswitchinterval)
-    loop_sleeps: list[float] = []
-    real_sleep = time.sleep
-
-    def sleep(seconds: float) -> None:
-        if threading.current_thread() is threading.main_thread():
-            loop_sleeps.append(seconds)
-        real_sleep(seconds)
-
-    monkeypatch.setattr(time, "sleep", sleep)
-    release = threading.Event()
+    monkeypatch.setattr(sys, "setswitchinterval", intervals.append)  # recorded, never applied
     async with rt.tracer("memory://", batch_size=16) as t:
         sink = memory(t)
         real_write = sink.write
-        (runner,) = t._engine.runners
-        real_progress = runner._on_progress
-        wrote_events = threading.Event()
 
-        def held_write(data: bytes) -> None:
-            if b'"attempt_dispatched"' in data:
-                if hold == "write":
-                    release.wait(10)
-                elif hold == "short-write":
-                    release.wait(0.03)
-                wrote_events.set()
+        def slow_write(data: bytes) -> None:
+            time.sleep(write_s)
             real_write(data)
 
-        def held_progress() -> None:
-            # Called by the sink's thread after each write, outside the call.
-            if hold == "between" and wrote_events.is_set():
-                release.wait(10)
-            real_progress()
-
-        sink.write = held_write  # type: ignore[method-assign]
-        runner._on_progress = held_progress  # type: ignore[method-assign]
+        sink.write = slow_write  # type: ignore[method-assign]
         for i in range(2_000):
             t.emit(dispatched(i))
             if i % 16 == 15:
                 await anyio.sleep(0.0005)
-        if hold == "write":
-            assert wrote_events.wait(0) is False  # still inside its write
-            for i in range(2_000, 2_050):  # a busy pump, for LEND_IN_CALL and more
-                t.emit(dispatched(i))
-                await anyio.sleep(0.01)
-            assert sys.getswitchinterval() == pytest.approx(before)
-        release.set()
-    assert t.counts.written == (2_050 if hold == "write" else 2_000)
-    if lent is not None:
-        assert (LEND_INTERVAL in intervals) is lent, intervals
-    assert sys.getswitchinterval() == pytest.approx(before)  # put back
-    assert loop_sleeps == []
+    assert intervals == []
+    c = t.counts
+    assert c.emitted == c.written == 2_000, c
+    assert len(sink.lines()) == 2_002

@@ -32,7 +32,10 @@ def write_runs(folder: Path, runs: Sequence[Run]) -> list[Path]:
     live.mkdir()
     out = []
     for i, run in enumerate(runs):
-        now = [run.timed[0][0] - 1.0]  # when trace_opened is stamped
+        # When trace_opened is stamped: a second before the first event, but
+        # after 0 (a reader skips a line whose time is not > 0).
+        first = run.timed[0][0]
+        now = [first - 1.0 if first > 2.0 else first / 2]
         tracer = rt.sync_tracer(f"jsonl://{live}/run-{i}.jsonl", clock=partial(getitem, now, 0))
         dest = folder / f"run-{i}.jsonl"
         with tracer as t:

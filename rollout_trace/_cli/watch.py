@@ -129,8 +129,8 @@ def frame(view: LiveView, wall_now: float, interval: float | None = None) -> str
         out.append(f"lines read twice (two sinks or a copy; counted once): {twice:,}")
     if view.bad_lines or view.follower.damaged:
         out.append(
-            f"lines that are no trace event: {view.bad_lines:,}; gzip files that cannot be "
-            f"inflated: {view.follower.damaged:,}"
+            f"lines that are no trace event: {view.bad_lines:,}; gzip files with damaged "
+            f"bytes (skipped to the next member): {view.follower.damaged:,}"
         )
     return "\n".join(out)
 

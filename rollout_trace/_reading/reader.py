@@ -13,7 +13,6 @@ from __future__ import annotations
 import operator
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Union, cast
 
@@ -21,7 +20,7 @@ import msgspec
 
 from .._errors import TraceReadError
 from .._schema.decoding import AnyEvent, bounded, decode_one, decoders
-from .gunzip import Cut, gunzip
+from .gunzip import MAGIC, Cut, gunzip, is_member
 from .lean import lean_decoder, lean_holds_real_classes
 from .paths import expand_paths
 from .stores import is_url, open_url
@@ -48,10 +47,6 @@ _MAX_LINE = 64 << 20
 # What of a skipped line is searched for its run_id and seq.
 _HEAD = 4096
 _GZIP_MAGIC = b"\x1f\x8b"
-# Where a gzip member begins: magic, then deflate (what gunzip resyncs on).
-_MEMBER_MAGIC = b"\x1f\x8b\x08"
-# Raw bytes a probe inflates to tell a member from bytes that hold its magic.
-_PROBE = 64 << 10
 # Read from a bad line to charge it to its run; the id may lack its closing
 # quote on a torn line.
 _RUN_ID = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,64})')
@@ -264,18 +259,15 @@ def _is_gzip(first: bytes, named_gz: bool) -> bool:
 def _member_in(data: bytes) -> bool:
     """Whether a gzip member begins somewhere in ``data``.
 
-    Taken for one only if it inflates to the start of a line: a line of text
-    (or other junk) can hold the magic bytes too.
+    Taken for one only once it inflates to the start of a line (never merely
+    for lack of bytes to tell): a line of text can hold the magic bytes too.
     """
     view = memoryview(data)
-    at = data.find(_MEMBER_MAGIC)
+    at = data.find(MAGIC)
     while at >= 0:
-        try:
-            if zlib.decompressobj(wbits=31).decompress(view[at : at + _PROBE], 1) == b"{":
-                return True
-        except zlib.error:
-            pass
-        at = data.find(_MEMBER_MAGIC, at + 1)
+        if is_member(view[at:], ended=False):
+            return True
+        at = data.find(MAGIC, at + 1)
     return False
 
 

@@ -2,8 +2,8 @@
 
 ``Follower`` reads what files (and files that appear) have gained since the
 last look: a plain file from where it stopped, complete lines only (a torn
-last line waits for its end); a gzip file is inflated again when it grows,
-up to where its members end, and the lines already taken are passed over.
+last line waits for its end); a gzip file member by member as the writes
+come (``gunzip.Members``), a member not yet whole as far as it is written.
 ``LiveView`` folds each event in as it comes: per run, its tries open now,
 its seals, its last event; every event goes to a ``CostAnalysis`` too, for
 the figures of the last stop. An object store's objects (``s3://``) are
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import glob
 import os
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from .._analysis.cost import CostAnalysis
 from .._analysis.figures import StopCost
 from .._analysis.seqs import SeqSet
 from .._errors import TraceReadError
+from .._reading.gunzip import Cut, Members
 from .._reading.paths import expand_paths
 from .._reading.stores import NothingThere, is_url, open_url, url_key
 from .._schema.decoding import decode_one
@@ -59,8 +59,8 @@ class _File:
     offset: int = 0  # bytes taken from the file
     size: int = -1  # its size at the last look
     pending: bytes = b""  # a torn last line, so far
-    inflater: Any = None  # a gzip file's member being inflated
-    broken: bool = False  # gzip damage: nothing more is read of this file
+    members: Members | None = None  # a gzip file's walk, member by member
+    damaged: bool = False  # gzip damage was skipped in it
     etag: str | None = None  # an object's etag at the last look
 
 
@@ -74,7 +74,8 @@ class Follower:
     A path that names no file yet (a glob, an empty folder) is looked at again
     each time; a file that is not there at the first look is an error. A file
     replaced at its path (rotated, or cut short and written again) is read
-    from its start. ``damaged`` counts the gzip files that cannot be inflated.
+    from its start. ``damaged`` counts the gzip files with damaged bytes,
+    which are skipped up to the next member.
     """
 
     def __init__(self, paths: Sequence[str]) -> None:
@@ -119,7 +120,8 @@ class Follower:
             state, data = got
             state.offset += len(data)
             if name.endswith(".gz"):
-                data = self._inflate(state, data)
+                yield from self._gzip_lines(state, data)
+                continue
             data = state.pending + data
             cut = data.rfind(b"\n") + 1
             state.pending = data[cut:]
@@ -136,7 +138,7 @@ class Follower:
             head = f.read(_HEAD)
             state = self._look(name, (st.st_dev, st.st_ino), st.st_size, head)
             data = None
-            if st.st_size != state.size and not state.broken:
+            if st.st_size != state.size:
                 f.seek(state.offset)
                 data = f.read()
         return self._keep(name, state, head, st.st_size, None, data)
@@ -160,7 +162,7 @@ class Follower:
             head = f.read(_HEAD)
             state = self._look(name, (0, 0), size, head, anew=anew)
             data = None
-            if size != state.size and not state.broken:
+            if size != state.size:
                 f.seek(state.offset)
                 data = f.read()
         return self._keep(name, state, head, size, etag, data)
@@ -199,23 +201,25 @@ class Follower:
         state.size = size
         return state, data
 
-    def _inflate(self, state: _File, data: bytes) -> bytes:
-        """What new gzip bytes inflate to: member after member, the last one as far
-        as it is written (the sink ends each batch with a full flush)."""
-        out = bytearray()
-        try:
-            while data:
-                if state.inflater is None:
-                    state.inflater = zlib.decompressobj(wbits=31)
-                out += state.inflater.decompress(data)
-                if not state.inflater.eof:
-                    break
-                data = state.inflater.unused_data
-                state.inflater = None
-        except zlib.error:
-            state.broken = True
-            self.damaged += 1
-        return bytes(out)
+    def _gzip_lines(self, state: _File, data: bytes) -> Iterator[bytes]:
+        """The complete lines that new gzip bytes inflate to."""
+        if state.members is None:
+            state.members = Members()
+        for piece in state.members.feed(data):
+            if isinstance(piece, Cut):
+                # The line under way ends here, whole or cut (a kill, damage):
+                # the next member's lines do not go on it.
+                if state.pending:
+                    yield state.pending
+                    state.pending = b""
+                if not piece.torn and not state.damaged:
+                    state.damaged = True
+                    self.damaged += 1
+                continue
+            text = state.pending + piece
+            cut = text.rfind(b"\n") + 1
+            state.pending = text[cut:]
+            yield from text[:cut].splitlines()
 
 
 @dataclass

@@ -10,10 +10,12 @@ infinity as ``null``. A line its own class would refuse to read back, or a
   ``Any`` and ``dict`` values for non-finite floats. Passing it is enough to be
   valid; failing it proves nothing (a str subclass in a str field, a numpy
   array in an ``Any`` field fail it and are fine). It leaves out what the
-  tracer stamps itself (``run_id``, ``seq``, and ``time`` from ``time.time``),
-  and walks a whole run of events of its class in one call, numbering them on
-  the way for the sync writer: on the writer's hot path a call per event, or a
-  second pass over the batch, costs about as much as the tests themselves;
+  tracer stamps itself (``run_id``, ``seq``, and ``time`` from ``time.time``;
+  a ``time`` from the user's clock must be a finite number > 0, as every
+  reader requires), and walks a whole run of events of its class in one call,
+  numbering them on the way for the sync writer: on the writer's hot path a
+  call per event, or a second pass over the batch, costs about as much as the
+  tests themselves;
 - for an event that fails it, the authoritative check: encode the one event,
   decode the line with a decoder of its class, and see whether a ``null`` in it
   stands for a NaN or an infinity. Only this calls an event invalid, with a
@@ -71,7 +73,8 @@ class BatchEncoder:
 
     def __init__(self, *, own_time: bool = False) -> None:
         """``own_time``: every event's ``time`` comes from ``time.time()``, stamped
-        by the tracer (a finite float), so the checks leave it out too."""
+        by the tracer (a finite float > 0), so the checks leave it out too;
+        without it an event whose ``time`` is not a finite number > 0 is invalid."""
         self._encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
         self._own_time = own_time
 
@@ -176,6 +179,8 @@ class _Rules:
     def __init__(self, cls: type[Event]) -> None:
         self.cls = cls
         self.fields: tuple[mi.Field, ...] = ()
+        # Whether the class has the envelope's ``time`` (a plain float field).
+        self._time = False
         self.check: _Check = _never
         self.run: _RunCheck = _never_run
         self.run_own_time: _RunCheck = _never_run
@@ -192,6 +197,7 @@ class _Rules:
             return
         self.fields = info.fields
         self._by_encode_name = {f.encode_name: f for f in info.fields}
+        self._time = any(f.name == "time" and _stamped(f, _OWN_TIME) for f in info.fields)
 
     def prefix(self, ev: Event) -> str:
         return f"{self.cls.__struct_config__.tag} (seq {ev.seq})"
@@ -208,6 +214,13 @@ class _Rules:
             back = self._decoder.decode(line)
         except msgspec.ValidationError as exc:
             return self._refused(ev, exc)
+        # A time that read back is a finite float (a NaN or an infinity is a
+        # null, refused above); a reader also wants it > 0 (`envelope_problem`).
+        if self._time and not back.time > 0.0:
+            return (
+                f"{self.prefix(ev)}: field 'time' must be a finite number > 0 (Unix "
+                f"seconds from the tracer's clock), got {show(ev.time)}"
+            )
         if b"null" in line:
             for f in self.fields:
                 found = nan_behind_null(getattr(ev, f.name), getattr(back, f.name))
@@ -274,6 +287,7 @@ def _compile_checks(
         "_nums_ok": _nums_ok,
         "_isfinite": math.isfinite,
         "_BIG": _BIG,
+        "_INF": math.inf,
         "_STR": _STR,
         "_INT": _INT,
         "_NP_INTS": np_ints,
@@ -287,7 +301,10 @@ def _compile_checks(
             continue
         if not f.name.isidentifier() or keyword.iskeyword(f.name):
             return _never, _never_run, _never_run
-        test = _test(f.type, f"ev.{f.name}", namespace, seen | {cls})
+        if not seen and f.name == "time" and _stamped(f, _OWN_TIME):
+            test: str | None = _time_test("ev.time")
+        else:
+            test = _test(f.type, f"ev.{f.name}", namespace, seen | {cls})
         if test is None:
             return _never, _never_run, _never_run
         every.append(f"({test})")
@@ -332,6 +349,15 @@ def _run_source(name: str, ok: str, binds: str) -> str:
         f"        ev.seq = seq\n"
         f"        if not ({ok}):\n            return False, seq\n"
         f"    return True, seq + 1\n"
+    )
+
+
+def _time_test(v: str) -> str:
+    """The test of an event's ``time`` from the user's clock: a finite number
+    > 0, as every reader requires of a line (``envelope_problem``)."""
+    return (
+        f"(type({v}) is float and 0.0 < {v} < _INF or type({v}) is int and 0 < {v} < _BIG"
+        f" or type({v}) in _NP_FLOATS and 0.0 < {v} < _INF)"
     )
 
 

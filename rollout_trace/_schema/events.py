@@ -44,7 +44,9 @@ class Event(msgspec.Struct, tag_field="event", tag=REGISTRY.default_tag, gc=Fals
 
     The envelope (``time``, ``run_id``, ``seq``) is stamped by the tracer at
     ``emit``; pass only the event's own fields. Without ``tag=`` the tag is the
-    class name in snake_case; two classes may not share a tag (``EventTagError``).
+    class name in snake_case; two classes may not share a tag, and options that
+    change the line (``array_like``, ``tag_field``, ``tag=False``) are refused
+    (``EventTagError``).
     ``gc=False``: events hold plain data, so the garbage collector need not
     track millions of queued ones.
 

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from .._errors import SinkError
 from .._schema.encoding import encode_one
+from .._schema.reasons import non_finite_in, show
 from .specs import ENV_VAR, SinkSpec, capture_override, parse_uri, uris_from_env
 
 __all__ = ["TracerConfig", "TraceCounts", "noop_emit"]
@@ -47,7 +48,35 @@ def _clock(clock: Any) -> Callable[[], float]:
     value = clock()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"clock() must return a float (Unix seconds), returned {value!r}")
+    # Every reader skips a line whose time is not > 0: a clock that starts
+    # there would write a run no one can read. A later bad value makes only
+    # its own event invalid (the writer's checks).
+    if not value > 0 or value == math.inf:  # `not nan > 0` too
+        raise ValueError(
+            f"clock() must return Unix seconds, a finite number > 0, returned {value!r}"
+        )
     return clock  # type: ignore[no-any-return]
+
+
+def _meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``meta`` as ``trace_opened`` holds it, refused now if it cannot be written."""
+    meta = dict(meta or {})
+    if not all(isinstance(k, str) for k in meta):
+        raise TypeError(f"meta keys must be str, got {sorted(map(repr, meta))}")
+    try:
+        encode_one(meta)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"meta must be JSON-encodable: {exc}") from exc
+    # msgspec writes NaN and infinity as null, which the writer's checks
+    # refuse: trace_opened would be left out of the run.
+    found = non_finite_in(meta)
+    if found is not None:
+        path, value = found
+        raise ValueError(
+            f"meta{path} must be a finite number, got {show(value)}: "
+            "JSON cannot hold NaN or infinity"
+        )
+    return meta
 
 
 @dataclass(frozen=True)
@@ -87,13 +116,7 @@ class TracerConfig:
             enabled = from_env = bool(uris)
         if capture_override:
             enabled = True  # capture_events() sees the events of every tracer
-        meta = dict(meta or {})
-        if not all(isinstance(k, str) for k in meta):
-            raise TypeError(f"meta keys must be str, got {sorted(map(repr, meta))}")
-        try:
-            encode_one(meta)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"meta must be JSON-encodable: {exc}") from exc
+        meta = _meta(meta)
         buffer = _positive("buffer", buffer, int)
         # At least two batches fit in the buffer: one filling, one being written.
         batch_size = min(_positive("batch_size", batch_size, int), max(1, buffer // 2))

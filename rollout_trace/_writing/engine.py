@@ -1,15 +1,11 @@
-"""The one engine under both tracers: a run's state, from events to acknowledged bytes.
+"""One run's state, from encoded events to acknowledged bytes.
 
-A facade (``Tracer`` on an event loop, ``SyncTracer`` with a writer thread)
-collects stamped events and calls ``Engine.process`` with them in ``seq``
-order; the engine encodes and checks them once and hands the bytes to every
-sink's thread. What takes time (opening, flushing, closing) is written once,
-as steps that yield ``Wait``s; each facade drives the steps with its own way
-of waiting (``drive_blocking`` or ``drive_async``), so both tracers follow one
-state machine with one set of counts.
-
-An engine built ``direct`` (the sync tracer's) writes to a lone sink on the
-thread that calls ``process``; the event loop never does.
+The run's writer thread (``tracers``) calls ``Engine.process`` with events
+in ``seq`` order; the engine encodes and checks them once and hands the bytes
+to every sink (a lone one written on the writer thread itself, ``direct``;
+several on threads of their own). What takes time (opening the sinks,
+flushing, closing) is written once, as steps that yield ``Wait``s, driven
+blocking (``drive_blocking``) or from an event loop (``drive_async``).
 """
 
 from __future__ import annotations
@@ -46,13 +42,9 @@ DRAIN_SHARE = 0.8
 # At a close, how long to wait before asking a staging sink that could not
 # deliver (its store is down) to try again.
 RETRY_STAGED_S = 0.5
-# A sink's thread with batches to write that has not had the GIL for this long
-# (two switch intervals) is starved by the thread that holds it.
-STARVED = 0.01
-# A thread inside a sink's call is blocked in the system (a slow or hung sink,
-# which wants no GIL) or back from it and waiting for the GIL: the two cannot be
-# told apart from here. A call this short is taken for the second.
-LEND_IN_CALL = 0.1
+# A sink call this long is taken for one blocked in the system, not for a
+# thread back from it that waits for the GIL (the two look alike from here).
+LONG_CALL = 0.1
 T = TypeVar("T")
 
 
@@ -101,6 +93,7 @@ class Engine:
         self.lost = 0
         self.first_lost: float = _INF
         self.final: TraceClosed | None = None
+        self._last_time = time.time()  # a lifecycle line's time if the clock fails
         self._encoder = BatchEncoder(own_time=config.clock is time.time)
         self._written_lock = threading.Lock()
         self._progress = threading.Condition()
@@ -119,13 +112,16 @@ class Engine:
         if first_seq < self.first_lost:
             self.first_lost = first_seq
 
-    def counts(self, emitted: int, outside_run: int = 0) -> TraceCounts:
-        """The counts so far; the final ones (``trace_closed``'s) once closed."""
+    def counts(self, emitted: int, outside_run: int = 0, unnumbered: int = 0) -> TraceCounts:
+        """The counts so far; the final ones (``trace_closed``'s) once closed.
+
+        ``unnumbered``: drops the writer has not given a seq yet.
+        """
         if self.final is not None:
             f = self.final
             return TraceCounts(f.emitted, f.written, f.dropped, f.invalid, 0, outside_run)
         written, invalid = self.written, self.invalid
-        dropped = self.lost
+        dropped = self.lost + unnumbered
         if not self.live_sinks:
             # No sink can write what it was handed any more.
             dropped += self.handed - written
@@ -201,29 +197,20 @@ class Engine:
         for runner in self.runners:
             runner.submit(data, batch)
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
+        """Wake whoever waits (``wait_blocking``): a sink or the writer made progress."""
         with self._progress:
             self._progress.notify_all()
 
-    def sink_starved(self) -> bool | None:
-        """Whether a live sink's thread has had batches to write, and no turn of
-        the GIL, for longer than ``STARVED``; None when no sink's thread may be
-        waiting for the GIL: none has batches to write, or each is in a call
-        that has lasted ``LEND_IN_CALL`` (a slow or hung sink, blocked in the
-        system), so that such a sink does not keep the interval short."""
-        now = time.monotonic()
-        waiting = starved = False
+    def in_long_call(self, now: float) -> bool:
+        """Whether the thread that writes a direct sink has been inside one of
+        its calls for ``LONG_CALL`` or more: blocked in the system, which
+        wants no GIL (a slow or hung sink), rather than waiting for it."""
         for r in self.runners:
-            if not r.live or r.direct or r.behind_since == _INF:
-                continue
-            busy_since = r.busy_since
-            if busy_since is None:
-                waiting = True
-                starved = starved or now - max(r.turn_at, r.behind_since) > STARVED
-            elif now - busy_since < LEND_IN_CALL:
-                waiting = True
-                starved = starved or now - busy_since > STARVED
-        return starved if waiting else None
+            since = r.busy_since
+            if r.direct and since is not None and now - since >= LONG_CALL:
+                return True
+        return False
 
     def check_stalls(self) -> None:
         """While a flush or close waits: give up a sink whose call has lasted too long."""
@@ -280,7 +267,7 @@ class Engine:
         cap = 2 * max(self.config.buffer, self.config.batch_size)
         direct = self.direct and len(uris_sinks) == 1
         self.runners = [
-            SinkRunner(uri, sink, cap, self._notify, direct=direct) for uri, sink in uris_sinks
+            SinkRunner(uri, sink, cap, self.notify, direct=direct) for uri, sink in uris_sinks
         ]
         started: list[SinkRunner] = []
         try:
@@ -318,11 +305,20 @@ class Engine:
         if announce:
             self.announce()
 
+    def _lifecycle_time(self) -> float:
+        """The clock's time for a lifecycle line; a user's clock that reads 0
+        or less, or no number, costs its own events only (they are invalid),
+        never ``trace_opened`` or ``trace_closed``: they take the last good time."""
+        t = self.clock()
+        if type(t) in (int, float) and 0 < t < _INF:
+            self._last_time = float(t)
+        return self._last_time
+
     def announce(self) -> None:
         """Write ``trace_opened``, the run's first line."""
         self.write_lifecycle(
             TraceOpened(
-                time=self.clock(),
+                time=self._lifecycle_time(),
                 seq=0,
                 sdk_version=__version__,
                 pid=self.pid,
@@ -431,7 +427,7 @@ class Engine:
         if self.final is None:
             emitted = next_seq - 1
             self.final = TraceClosed(
-                time=self.clock(),
+                time=self._lifecycle_time(),
                 seq=next_seq,
                 emitted=emitted,
                 written=self.written,
@@ -457,22 +453,6 @@ class Engine:
                 # hung sink is noticed.
                 self._progress.wait(min(left, 0.05))
         return True
-
-    def wait_event(self, event: threading.Event, end: float) -> bool:
-        """Block until ``event`` is set or ``end``; hung sinks are noticed meanwhile.
-
-        ``False`` at once when the writer thread is stuck in a call to a direct
-        sink given up as hung: it sets nothing any more.
-        """
-        while True:
-            left = end - time.monotonic()
-            if event.wait(max(0.0, min(left, 0.05))):
-                return True
-            if left <= 0:
-                return False
-            self.check_stalls()
-            if self.writer_stuck:
-                return event.is_set()
 
     async def wait_async(self, wait: Wait, *, patient: bool) -> int:
         """Poll until the wait is over, without waking while nothing is waited for.

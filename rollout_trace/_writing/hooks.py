@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -36,10 +37,9 @@ __all__ = [
 
 
 class _Closable(Protocol):
-    @property
-    def state(self) -> str: ...
+    def begin_close(self, timeout: float | None = None) -> Any: ...
 
-    def close_blocking(self) -> None: ...
+    def finish_close(self, mark: Any) -> None: ...
 
 
 class _Forkable(Protocol):
@@ -60,16 +60,18 @@ _handling: list[str] = []  # "waiting" or "closing" while the SIGTERM handler ru
 # Frames of these modules are the tracers' own code.
 _WRITING = __name__.rpartition(".")[0] + "."
 _POLL = 0.005
+_warned_thread: list[bool] = []  # said once: SIGTERM cannot be hooked from this thread
+logger = logging.getLogger("rollout_trace")
 
 
 def track(tracer: _Closable) -> None:
     """``tracer`` has an open run, to close at exit or on SIGTERM."""
     with _lock:
         _open[tracer] = threading.get_ident()
-    prepare()
+    prepare(opening=True)
 
 
-def prepare() -> None:
+def prepare(*, opening: bool = False) -> None:
     """Install the exit and SIGTERM hooks, once per process; called when an
     enabled tracer is built and again when one opens.
 
@@ -79,7 +81,7 @@ def prepare() -> None:
     the main thread, the only one that may install a signal handler.
     """
     if not _sigterm[0]:
-        _close_on_sigterm()
+        _close_on_sigterm(warn=opening)
     pid = os.getpid()
     with _lock:
         if _registered_in == [pid]:
@@ -118,36 +120,16 @@ def _close_timeout(tracer: Any) -> float:
 def close_all() -> None:
     """Close every open run, each within its own ``close_timeout``.
 
-    Sync tracers begin closing all at once, so N tracers share their
+    Every close is begun before any is waited for, so N tracers share their
     deadlines rather than adding them up. A close that another thread has
-    begun is waited for (within the tracer's ``close_timeout``): the process
-    must not end before it writes ``trace_closed``.
+    begun is waited for too: the process must not end before it writes
+    ``trace_closed``. Each run's writer thread carries its close out.
     """
-    tracers = _tracked()
-    begun = [(t, t.begin_close(None)) for t, _ in tracers if hasattr(t, "begin_close")]
-    for tracer, _ in tracers:
-        if not hasattr(tracer, "begin_close"):
-            with contextlib.suppress(Exception):  # an exit hook must not raise
-                tracer.close_blocking()
+    begun = [(t, t.begin_close(None)) for t, _ in _tracked()]
     for tracer, mark in begun:
         if mark is not None:
-            tracer.finish_close(mark)
-    _wait_for_closes_elsewhere(tracers)
-
-
-def _wait_for_closes_elsewhere(tracers: list[tuple[Any, int]]) -> None:
-    here = threading.get_ident()
-    alive = {t.ident for t in threading.enumerate()}
-    waiting = [
-        (tracer, time.monotonic() + _close_timeout(tracer))
-        for tracer, opener in tracers
-        # A sync tracer's close is driven by its writer thread; an async
-        # tracer's by its event loop, which must be running on another thread.
-        if hasattr(tracer, "begin_close") or (opener != here and opener in alive)
-    ]
-    for tracer, deadline in waiting:
-        while tracer.state == "closing" and time.monotonic() < deadline:
-            time.sleep(_POLL)
+            with contextlib.suppress(Exception):  # an exit hook must not raise
+                tracer.finish_close(mark)
 
 
 def _after_fork_in_child() -> None:
@@ -233,10 +215,9 @@ def keep_signals_off_this_thread() -> None:
 def _must_wait(frame: FrameType | None) -> bool:
     """Whether closing now would break what this thread was doing.
 
-    The handler runs between two bytecodes of the main thread: inside an
-    emit or a batch hand-off, closing would find events in two places at
-    once (and write them twice); and a close under way on this thread's
-    event loop can only finish if the handler returns. Never for longer than
+    The handler runs between two bytecodes of the main thread: inside the
+    tracer's own code (an emit waking the writer, a flush queueing its
+    mark), it may hold a lock that the close needs. Never for longer than
     the tracers' close timeouts.
     """
     tracers = _tracked()
@@ -251,18 +232,30 @@ def _must_wait(frame: FrameType | None) -> bool:
         if name.startswith(_WRITING) and name != __name__:
             return True
         frame = frame.f_back
-    here = threading.get_ident()
-    return any(
-        opener == here and not hasattr(tracer, "begin_close") and tracer.state == "closing"
-        for tracer, opener in tracers
-    )
+    return False
 
 
-def _close_on_sigterm() -> None:
+def _close_on_sigterm(*, warn: bool) -> None:
     """Ray, SLURM and Kubernetes send SIGTERM before SIGKILL: close runs then,
-    unless the program handles SIGTERM itself (its handler is never replaced)."""
+    unless the program handles SIGTERM itself (its handler is never replaced).
+
+    Only the main thread may install a handler. A tracer built and opened on
+    another thread, in a program that leaves SIGTERM at its default, cannot
+    close on SIGTERM: that is said once, when such a run opens, with what to
+    do about it.
+    """
     if threading.current_thread() is not threading.main_thread():
-        return  # only the main thread may; a later open there will
+        with contextlib.suppress(ValueError, OSError):
+            default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            if warn and default and not _warned_thread:
+                _warned_thread.append(True)
+                logger.warning(
+                    "rollout_trace: a tracer was opened off the main thread, so SIGTERM cannot "
+                    "close its run (only the main thread may handle a signal): a SIGTERM loses "
+                    "what is not written yet and trace_closed. Build one tracer on the main "
+                    "thread first, or handle SIGTERM yourself (raise SystemExit in it)"
+                )
+        return  # a later build or open on the main thread will
     _sigterm[0] = True
     try:
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

@@ -1,4 +1,4 @@
-"""One sink and the daemon thread that makes its calls.
+"""One sink and the daemon thread that makes its calls, and how a batch counts written.
 
 Encoded batches arrive from the engine without waiting; the thread writes
 them in order and acknowledges each. Only what a sink acknowledged counts as
@@ -7,7 +7,7 @@ that falls behind by more than its share of the buffer loses batches (counted)
 rather than holding up the other sinks or the program.
 
 A ``direct`` runner is written and flushed by the thread that hands it the
-batches (the sync tracer's writer thread, for a lone sink): a thread of its
+batches (the run's writer thread, for a lone sink): a thread of its
 own would cost each batch two more turns of the GIL, each a switch interval
 long while the program emits. Its thread only opens and closes the sink. If
 one of its calls hangs, the writer thread hangs with it; the sink is given up
@@ -16,6 +16,7 @@ after ``close_timeout`` as any other (``Engine.writer_stuck``).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import queue
@@ -27,14 +28,113 @@ from typing import Any
 
 from sinks import Sink
 
-from .._internals import restore_gil
-from .batches import Batch, Unsent
+from .._internals import first_caller, peek_count
 from .hooks import keep_signals_off_this_thread
 
-__all__ = ["Batch", "FlushMark", "SinkRunner", "logger"]
+__all__ = ["Batch", "FlushMark", "SinkRunner", "Unsent", "logger"]
 
 logger = logging.getLogger("rollout_trace")
 _INF = math.inf
+
+
+# Held to count a batch a staging sink delivered in part (``Batch.ack_part``)
+# and by the first sink that wrote a batch whole: the two must not both count
+# the same events.
+_PART_LOCK = threading.Lock()
+
+
+class Batch:
+    """Encoded events handed to every sink at once, one line each; ``on_first_ack``
+    counts them written once (what the run counts): when the first sink wrote
+    it whole, or as far as a staging sink delivered its first lines."""
+
+    __slots__ = ("_acks", "_part", "first_seq", "n", "on_first_ack")
+
+    def __init__(self, n: int, first_seq: float, on_first_ack: Callable[[int], None]) -> None:
+        self.n = n
+        self.first_seq = first_seq
+        self.on_first_ack = on_first_ack
+        self._acks = itertools.count()
+        self._part = 0  # its first events counted by ack_part (under _PART_LOCK)
+
+    def ack(self) -> None:
+        if first_caller(self._acks):
+            with _PART_LOCK:
+                self.on_first_ack(self.n - self._part)
+                self._part = self.n
+
+    def ack_part(self, k: int) -> None:
+        """A sink holds the batch's first ``k`` events (of ``n``)."""
+        with _PART_LOCK:
+            if peek_count(self._acks) == 0 and k > self._part:
+                self.on_first_ack(k - self._part)
+                self._part = k
+
+
+class Unsent:
+    """A staging sink's write not yet delivered whole: its batches, and how
+    far into them the sink delivered."""
+
+    __slots__ = ("batches", "done", "end", "end_lines", "lines", "whole")
+
+    def __init__(self, end: int, end_lines: int, lines: int, batches: list[Batch]) -> None:
+        self.end = end  # the runner's accepted bytes at its end
+        self.end_lines = end_lines  # ... and accepted lines
+        self.lines = lines
+        self.batches = batches
+        # Whether its lines are its batches' events, one each, in order (a
+        # lifecycle batch, n == 0, is one line): then a part is counted.
+        self.whole = lines == sum(b.n or 1 for b in batches)
+        self.done = 0  # lines of it the sink delivered (and were counted)
+
+    def count(self, upto: int) -> int:
+        """Count its first ``upto`` lines delivered (acks); the events newly counted."""
+        upto = min(upto, self.lines)
+        if upto <= self.done or (upto < self.lines and not self.whole):
+            return 0
+        if not self.whole:  # all of it, at once
+            self.done = upto
+            for batch in self.batches:
+                batch.ack()
+            return sum(batch.n for batch in self.batches)
+        new, start = 0, 0
+        for batch in self.batches:
+            size = batch.n or 1
+            if start + size > self.done and start < upto:  # it gains lines
+                have = min(upto, start + size) - start
+                if have == size:
+                    batch.ack()
+                else:
+                    batch.ack_part(have)
+                if batch.n:
+                    new += have - max(self.done - start, 0)
+            start += size
+        self.done = upto
+        return new
+
+    def short(self) -> list[Batch]:
+        """Its batches not delivered whole."""
+        if not self.whole:
+            return self.batches
+        out, start = [], 0
+        for batch in self.batches:
+            start += batch.n or 1
+            if start > self.done:
+                out.append(batch)
+        return out
+
+    def left(self) -> int:
+        """Its events not counted written."""
+        total = sum(b.n for b in self.batches)
+        if not self.whole:
+            return total if self.done < self.lines else 0
+        start, done = 0, 0
+        for batch in self.batches:
+            size = batch.n or 1
+            if batch.n:
+                done += min(max(self.done - start, 0), size)
+            start += size
+        return total - done
 
 
 class FlushMark:
@@ -126,10 +226,6 @@ class SinkRunner:
         self._marks: list[FlushMark] = []
         self.busy_since: float | None = None
         self._watched = -_INF  # when a flush or close last looked for a stall
-        # When its thread last had the GIL after waiting for it (after a call,
-        # or for a batch), and since when it has had batches to write.
-        self.turn_at = 0.0
-        self.behind_since = _INF
         self.stalled = False  # given up in a call that may never return
         self.open_error: BaseException | None = None
         self.opened = threading.Event()
@@ -191,8 +287,6 @@ class SinkRunner:
                 )
             self._lose(batch.n, batch.first_seq)
             return
-        if self.behind_since == _INF:
-            self.behind_since = time.monotonic()
         self._handed += batch.n
         self._calls.put((data, batch))
 
@@ -302,11 +396,7 @@ class SinkRunner:
         call: Any = None
         while True:
             if call is None:
-                if self._handed == self._done:
-                    # Caught up: the GIL lent to this thread (if it was) goes back.
-                    restore_gil()
                 call = get()
-                self.turn_at = time.monotonic()  # had the GIL again after waiting
             if call is _CLOSE or call is _DISCARD:
                 self._end(call is _DISCARD)
                 return
@@ -430,8 +520,6 @@ class SinkRunner:
                 self.first_lost = min(self.first_lost, *(batch.first_seq for batch in batches))
                 ok = False
         self._done += n
-        if self._handed == self._done:
-            self.behind_since = _INF
         self._on_progress()
 
     def _settle(self) -> None:
@@ -487,7 +575,6 @@ class SinkRunner:
             return False
         finally:
             self.busy_since = None
-            self.turn_at = time.monotonic()
         return True
 
     def _end(self, discard: bool) -> None:

@@ -82,6 +82,24 @@ def test_a_growing_gzip_file_gives_each_line_once(tmp_path: Path) -> None:
     assert _lines(follower) == []
 
 
+def test_a_gzip_member_cut_short_does_not_hold_up_the_next(tmp_path: Path) -> None:
+    # A writer killed in the middle of a write, then a restored run appending
+    # its own members: their lines are read, the torn line alone.
+    path = tmp_path / "t.jsonl.gz"
+    killed = gzip.compress(b'{"a":1}\n{"a":2}\n{"a":3}\n' * 50)
+    path.write_bytes(killed[: len(killed) // 2])
+    follower = Follower([str(path)])
+    got = _lines(follower)
+    assert got and all(line == b'{"a":%d}' % (i % 3 + 1) for i, line in enumerate(got))
+    with path.open("ab") as f:
+        f.write(gzip.compress(b'{"b":1}\n'))
+        f.write(gzip.compress(b'{"b":2}\n'))
+    more = _lines(follower)
+    assert more[-2:] == [b'{"b":1}', b'{"b":2}']
+    assert all(b"b" not in line for line in more[:-2])  # nothing glued on a torn line
+    assert follower.damaged == 0
+
+
 def test_a_plain_path_that_does_not_exist_is_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -103,8 +121,8 @@ def test_a_run_read_from_two_files_counts_once(tmp_path: Path) -> None:
 def test_a_gzip_trace_still_being_written_is_read_as_far_as_it_is_flushed(
     tmp_path: Path,
 ) -> None:
-    # The sink keeps one gzip member open and ends each batch with a full
-    # flush: what was flushed inflates although the member has no end yet.
+    # The sink writes each batch as a whole gzip member: what was flushed is
+    # read while the run goes on.
     view = LiveView([str(tmp_path)], 600.0)
     with rt.sync_tracer(f"jsonl://{tmp_path}/live.jsonl.gz") as t:
         for p in range(50):

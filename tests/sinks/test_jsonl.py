@@ -7,52 +7,135 @@ import gzip
 import json
 import os
 import subprocess
+import sys
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from writing.harness import child_env
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
 from sinks import JsonlSink
 from sinks.jsonl import segment_path
 
-_SYNC = b"\x00\x00\xff\xff"
-
 
 def _line(i: int) -> bytes:
     return b'{"event":"tick","time":1700000000.5,"run_id":"r","seq":%d,"n":%d}\n' % (i, i)
 
 
+def _members(data: bytes) -> list[bytes]:
+    """The text of each gzip member of ``data``, read one after another with zlib
+    (a last one cut short as far as it goes)."""
+    texts = []
+    while data:
+        inflater = zlib.decompressobj(wbits=31)
+        texts.append(inflater.decompress(data))
+        data = inflater.unused_data
+    return texts
+
+
 @pytest.mark.parametrize(
     "sizes",
     [
-        [100, 100, 100],  # batches alike, which deflate would most like to refer back to
-        [1] * 20,  # a line a batch: the least each batch has of its own
+        [100, 100, 100],  # batches alike
+        [1] * 20,  # a line a batch
     ],
 )
-def test_each_gzip_batch_reads_alone(tmp_path: Path, sizes: list[int]) -> None:
-    # A reader that cannot tell which writer a batch is from (a fork, a crash
-    # loop, damage before it) reads it with no history: it must give its own text.
+def test_each_gzip_write_is_one_whole_member(tmp_path: Path, sizes: list[int]) -> None:
+    # Writers appending to one path never interleave inside a member, and any
+    # gzip reader takes the file: a member a write, each with its end.
     path = tmp_path / "t.jsonl.gz"
     sink = JsonlSink(str(path), {})
     sink.open()
-    writes, size, seq = [], 0, 0
+    batches, size, seq = [], 0, 0
     for n in sizes:
         batch = b"".join(_line(seq + i) for i in range(n))
         seq += n
         sink.write(batch)
         data = path.read_bytes()
-        writes.append((batch, data[size:]))
+        assert _members(data[size:]) == [batch]  # this write's bytes: one whole member
         size = len(data)
+        batches.append(batch)
     sink.close()
-    assert gzip.decompress(path.read_bytes()) == b"".join(b for b, _ in writes)
-    for i, (batch, written) in enumerate(writes):
-        body = written[10:] if i == 0 else written  # the first write holds the header
-        assert body.endswith(_SYNC)
-        assert zlib.decompressobj(wbits=-15).decompress(body) == batch, f"write {i}"
+    data = path.read_bytes()
+    assert len(data) == size  # nothing more at close (no trailer to add)
+    assert _members(data) == batches
+    assert gzip.decompress(data) == b"".join(batches)
+
+
+def test_a_write_split_over_segments_is_a_member_in_each(tmp_path: Path) -> None:
+    limit = 2_000
+    sink = JsonlSink(str(tmp_path / "t.jsonl.gz"), {"rotate_mb": str(limit / 1e6)})
+    sink.open()
+    # Lines that compress little, so that the first write spans segments.
+    big = b"".join(b'{"n":%d,"x":"%s"}\n' % (i, os.urandom(40).hex().encode()) for i in range(150))
+    small = _line(0)
+    sink.write(big)
+    sink.write(small)
+    sink.close()
+    paths = sorted(tmp_path.glob("t.*.jsonl.gz"))
+    assert len(paths) >= 3
+    segments = [_members(p.read_bytes()) for p in paths]
+    # A member of the big write in each; the small write's own after the last.
+    assert [len(m) for m in segments] == [1] * (len(paths) - 1) + [2]
+    assert b"".join(b"".join(m) for m in segments) == big + small
+    assert all(p.stat().st_size <= limit for p in paths)
+
+
+# Each child opens its tracer (its first member is written), says so, and writes
+# on only once every child has opened: their writes to the one file take turns.
+_APPENDER = """
+import sys
+import rollout_trace as rt
+t = rt.sync_tracer(sys.argv[1], batch_size=16)
+t.open()
+assert t.flush(10)
+sys.stderr.write("ready\\n")
+sys.stderr.flush()
+sys.stdin.read()
+for i in range(2000):
+    t.emit(rt.WeightsSynced(weight_version=i))
+    if i % 50 == 49:
+        t.flush(10)
+t.close()
+"""
+
+
+def test_two_processes_appending_to_one_gz_file_give_only_whole_members(tmp_path: Path) -> None:
+    path = tmp_path / "shared.jsonl.gz"
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _APPENDER, str(path)],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+        )
+        for _ in range(2)
+    ]
+    for child in children:
+        assert child.stderr is not None
+        assert child.stderr.readline() == b"ready\n"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.close()
+    for child in children:
+        assert child.stderr is not None
+        with child.stderr:
+            err = child.stderr.read()
+        assert child.wait(timeout=120) == 0, err[-2000:]
+    # Read member by member with the standard library: every line is whole.
+    lines = gzip.decompress(path.read_bytes()).splitlines()
+    records = [json.loads(line) for line in lines]
+    closed = {r["run_id"]: r["written"] for r in records if r["event"] == "trace_closed"}
+    assert len(closed) == 2
+    assert Counter(r["run_id"] for r in records) == {r: n + 2 for r, n in closed.items()}
+    problems: list[rt.ReadProblem] = []
+    assert len(list(rt.read(path, problems=problems))) == len(lines)
+    assert problems == []
 
 
 # --- rotation -------------------------------------------------------------------------
@@ -114,7 +197,7 @@ def test_an_ended_segment_is_a_whole_file_while_the_run_goes_on(
     tmp_path: Path, option: str
 ) -> None:
     with rt.sync_tracer(f"jsonl://{tmp_path}/t.jsonl.gz?{option}") as t:
-        for i in range(100):
+        for i in range(1000):  # some 10 kB compressed: segments of 2 kB
             t.emit(rt.WeightsSynced(weight_version=i))
         assert t.flush(timeout=10)
         time.sleep(0.4)
@@ -208,7 +291,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     "name",
     [
         "t.jsonl",  # plain
-        "t.jsonl.gz",  # gzip: the member stays cut at a batch's end
+        "t.jsonl.gz",  # gzip: whole members only
         "t.jsonl?rotate_mb=0.01",  # segments: a batch split over two of them
     ],
 )
@@ -225,7 +308,7 @@ def test_a_batch_the_disk_cuts_short_is_taken_back_whole(small_disk: Path, name:
     for path in sorted(small_disk.glob("t*")):
         data = path.read_bytes()
         if path.name.endswith(".gz"):
-            data = zlib.decompressobj(wbits=31).decompress(data)  # cut members too
+            data = b"".join(_members(data))  # a member cut short too
         for line in data.splitlines(keepends=True):
             if not line.endswith(b"\n"):
                 torn += 1

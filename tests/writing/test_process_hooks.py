@@ -174,37 +174,41 @@ def test_sigterm_closes_the_run_then_the_process_dies_of_sigterm(
         assert run.closed["written"] == len(run.events) >= N
 
 
-def test_sigterm_in_the_middle_of_a_batch_hand_off_writes_no_event_twice(tmp_path: Path) -> None:
-    # The handler runs between two bytecodes of the loop's thread: here just
-    # after an emit handed its batch to the memory stream and before it
-    # cleared that batch. Closing there would take the batch twice.
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_sigterm_in_the_middle_of_an_emit_writes_no_event_twice(kind: str, tmp_path: Path) -> None:
+    # The handler runs between two bytecodes of the emitting thread: here
+    # inside emit, after the clock stamped an event and before it is queued
+    # (the clock is called from emit). The close must neither take that
+    # event twice nor wait for a lock the interrupted emit holds.
     path = tmp_path / "run.jsonl"
     proc = _start(
         tmp_path,
         f"""
-        import asyncio, signal
-        import anyio.streams.memory as memory
+        import asyncio, signal, time
         import rollout_trace as rt
 
-        real = memory.MemoryObjectSendStream.send_nowait
         calls = [0]
 
-        def send_nowait(self, item):
-            real(self, item)
+        def clock():
             calls[0] += 1
-            if calls[0] == 3:
+            if calls[0] == 50:
                 signal.raise_signal(signal.SIGTERM)
+            return time.time()
 
-        memory.MemoryObjectSendStream.send_nowait = send_nowait
+        def body(t):
+            i = 0
+            while True:
+                t.emit(rt.WeightsSynced(weight_version=i))
+                i += 1
 
-        async def main():
-            async with rt.tracer({str(path)!r}, batch_size=1) as t:
-                i = 0
-                while True:
-                    t.emit(rt.WeightsSynced(weight_version=i))
-                    i += 1
-
-        asyncio.run(main())
+        if {kind!r} == "async":
+            async def main():
+                async with rt.tracer({str(path)!r}, batch_size=1, clock=clock) as t:
+                    body(t)
+            asyncio.run(main())
+        else:
+            with rt.sync_tracer({str(path)!r}, batch_size=1, clock=clock) as t:
+                body(t)
         """,
     )
     _, err = proc.communicate(timeout=60)
