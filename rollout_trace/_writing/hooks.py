@@ -60,6 +60,8 @@ _handling: list[str] = []  # "waiting" or "closing" while the SIGTERM handler ru
 # Frames of these modules are the tracers' own code.
 _WRITING = __name__.rpartition(".")[0] + "."
 _POLL = 0.005
+# Modules whose code the tracer calls and which take locks.
+_LOCKING = frozenset({"threading", "logging", "queue"})
 _warned_thread: list[bool] = []  # said once: SIGTERM cannot be hooked from this thread
 logger = logging.getLogger("rollout_trace")
 
@@ -216,9 +218,11 @@ def _must_wait(frame: FrameType | None) -> bool:
     """Whether closing now would break what this thread was doing.
 
     The handler runs between two bytecodes of the main thread: inside the
-    tracer's own code (an emit waking the writer, a flush queueing its
-    mark), it may hold a lock that the close needs. Never for longer than
-    the tracers' close timeouts.
+    tracer's own code (an emit waking the writer, a flush queueing its mark
+    or looking for a hung sink), it may hold a lock that the close needs.
+    The body of ``emit`` holds none (an event it queues after the close's
+    mark belongs to no run): a program that emits all the time is closed at
+    once, not after the close timeouts that bound this wait.
     """
     tracers = _tracked()
     now = time.monotonic()
@@ -227,10 +231,16 @@ def _must_wait(frame: FrameType | None) -> bool:
     limit = max((_close_timeout(t) for t, _ in tracers), default=0.0) + 1.0
     if now - _deferred_since[0] > limit:
         return False
+    inside_a_library = False  # threading's, logging's: they take locks
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
         if name.startswith(_WRITING) and name != __name__:
+            if frame.f_code.co_name == "emit" and not inside_a_library:
+                frame = frame.f_back
+                continue
             return True
+        if name.partition(".")[0] in _LOCKING:
+            inside_a_library = True
         frame = frame.f_back
     return False
 
