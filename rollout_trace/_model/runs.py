@@ -1,0 +1,247 @@
+"""Per run, its events in seq order: the normalize stage of the model.
+
+Events come in any order of files and lines (``Collector.add``, a block at a
+time). ``normalize`` puts one run's lines in seq order and settles the lines
+that share a seq: lines that decode to one event (``terms.canonical``) are
+one event read twice, a **copy**, kept once; lines that differ are
+conflicting **versions**, all kept, in one order (their canonical encoding,
+ascending), and flagged, so no file is read a second time to tell the two
+apart. Lines whose seq no tracer gives are counted and left out.
+
+A ``RunEvents`` holds the run's columns (``seq``, ``time``, ``kind``, and
+the decoded events, so nothing of a built-in event is lost) and what the
+stage found: copy counts, the seqs with versions, the seq ranges (hence the
+gaps), and the lowest/highest-seq events the run order and the stop read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .terms import (
+    OPENED,
+    RESTORE_FINISHED,
+    RESTORE_STARTED,
+    SNAPSHOT,
+    STEP,
+    canonical,
+    is_rollout,
+    kind_of,
+    run_order_key,
+    usable,
+)
+
+__all__ = ["Collector", "RunEvents", "normalize"]
+
+
+class Collector:
+    """Gathers decoded events per run, each with the file it came from.
+
+    ``add`` takes a block (one file's, or any batch of events); nothing is
+    ordered or compared until ``normalize``.
+    """
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+        self._file_index: dict[str, int] = {}
+        # run id -> (events, the file index of each)
+        self.runs: dict[str, tuple[list[Any], array[int]]] = {}
+
+    def add(self, events: Iterable[Any], source: str | None = None) -> None:
+        """Take a block of events; ``source`` names the file they come from."""
+        if source is None:
+            src = -1
+        else:
+            src = self._file_index.get(source, -1)
+            if src < 0:
+                src = self._file_index[source] = len(self.files)
+                self.files.append(source)
+        runs = self.runs
+        run_id: str | None = None
+        evs: list[Any] = []
+        srcs: array[int] = array("i")
+        for ev in events:
+            # One file per run is the norm: switch lists only when the run changes.
+            if ev.run_id != run_id:
+                run_id = ev.run_id
+                held = runs.get(run_id)
+                if held is None:
+                    held = runs[run_id] = ([], array("i"))
+                evs, srcs = held
+            evs.append(ev)
+            srcs.append(src)
+
+
+class RunEvents:
+    """One run after normalize: every kept event, in seq order (versions in theirs).
+
+    ``repeats`` counts the usable lines beyond the first of their seq (copies
+    and versions alike: the ``read_twice`` note); ``same_file`` and
+    ``other_file`` split the copies by where the repeat was (in the file that
+    already held the seq, or in another); ``versions`` lists the seqs held by
+    lines that differ; ``unusable`` counts the lines left out for their seq.
+    ``sources`` are the files the run was read from (indices into the set's).
+    """
+
+    __slots__ = (
+        "events",
+        "kind",
+        "other_file",
+        "repeats",
+        "run_id",
+        "same_file",
+        "seq",
+        "sources",
+        "time",
+        "unusable",
+        "versions",
+    )
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.events: list[Any] = []
+        self.seq: array[int] = array("q")
+        self.time: array[float] = array("d")
+        self.kind = bytearray()
+        self.repeats = 0
+        self.same_file = 0
+        self.other_file = 0
+        self.versions: list[int] = []
+        self.unusable = 0
+        self.sources: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    # --- what the model reads of a run --------------------------------------------
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The kept seqs as inclusive ``(lo, hi)`` ranges."""
+        out: list[tuple[int, int]] = []
+        for s in self.seq:
+            if out and s <= out[-1][1] + 1:
+                if s > out[-1][1]:
+                    out[-1] = (out[-1][0], s)
+            else:
+                out.append((s, s))
+        return out
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """The seqs missing between the lowest and the highest kept one, as ranges."""
+        r = self.ranges()
+        return [(a[1] + 1, b[0] - 1) for a, b in itertools.pairwise(r)]
+
+    def first_of(self, *kinds: int) -> int | None:
+        """The index of the lowest-seq event of one of ``kinds`` (the first version)."""
+        for i, k in enumerate(self.kind):
+            if k in kinds:
+                return i
+        return None
+
+    def first_rollout(self) -> int | None:
+        """The index of the run's first rollout event (``terms.is_rollout``)."""
+        for i, k in enumerate(self.kind):
+            if is_rollout(k):
+                return i
+        return None
+
+    @property
+    def last_time(self) -> float:
+        """The time of the run's last event: the highest seq, its last version."""
+        return self.time[-1] if self.time else math.nan
+
+    @property
+    def min_time(self) -> float:
+        """The earliest time of a kept event (what ``summary`` shows as first)."""
+        return min(self.time, default=math.nan)
+
+    @property
+    def max_time(self) -> float:
+        """The latest time of a kept event (what ``summary`` shows as last)."""
+        return max(self.time, default=math.nan)
+
+    @property
+    def opened_at(self) -> float | None:
+        i = self.first_of(OPENED)
+        return None if i is None else self.time[i]
+
+    @property
+    def order(self) -> tuple[float, str]:
+        """Its place in the run order (``terms.run_order_key``)."""
+        return run_order_key(self.opened_at, self.time[0] if self.time else math.nan, self.run_id)
+
+    def steps(self) -> list[tuple[int, float]]:
+        """``(step, time)`` of each ``step_trained``, in seq order."""
+        ev = self.events
+        return [(ev[i].step, self.time[i]) for i, k in enumerate(self.kind) if k == STEP]
+
+    def published(self, kind: int) -> dict[str, float]:
+        """Path -> value of the latest (by seq) ``snapshot_published`` (its
+        ``captured_at``) or ``trainer_checkpoint_published`` (its time)."""
+        out: dict[str, float] = {}
+        ev = self.events
+        for i, k in enumerate(self.kind):
+            if k == kind:
+                out[ev[i].path] = ev[i].captured_at if kind == SNAPSHOT else self.time[i]
+        return out
+
+    def restores(self) -> tuple[int | None, int | None]:
+        """The indices of the lowest-seq ``restore_started`` and ``restore_finished``."""
+        return self.first_of(RESTORE_STARTED), self.first_of(RESTORE_FINISHED)
+
+
+def normalize(run_id: str, events: Sequence[Any], sources: Sequence[int]) -> RunEvents:
+    """One run's lines (any order, copies and versions included) as a ``RunEvents``."""
+    out = RunEvents(run_id)
+    keep = [i for i, ev in enumerate(events) if usable(ev.seq)]
+    out.unusable = len(events) - len(keep)
+    seqs = [events[i].seq for i in keep]
+    # The usual case costs a check: lines already in seq order, none repeated.
+    if not all(a < b for a, b in itertools.pairwise(seqs)):
+        keep.sort(key=lambda i: events[i].seq)
+    out.sources = set(sources)
+    ev_in, seq_in, time_in, kind_in = (
+        out.events.append,
+        out.seq.append,
+        out.time.append,
+        out.kind.append,
+    )
+    n = len(keep)
+    j = 0
+    while j < n:
+        i = keep[j]
+        seq = events[i].seq
+        k = j + 1
+        while k < n and events[keep[k]].seq == seq:
+            k += 1
+        if k == j + 1:
+            group = [events[i]]
+        else:
+            group = _settle(
+                out, seq, [events[x] for x in keep[j:k]], [sources[x] for x in keep[j:k]]
+            )
+        for ev in group:
+            ev_in(ev)
+            seq_in(seq)
+            time_in(ev.time)
+            kind_in(kind_of(ev))
+        j = k
+    return out
+
+
+def _settle(out: RunEvents, seq: int, lines: list[Any], srcs: list[int]) -> list[Any]:
+    """The events of lines that share ``seq``: copies once, versions in their order."""
+    out.repeats += len(lines) - 1
+    files = set(srcs)
+    out.other_file += len(files) - 1
+    out.same_file += len(lines) - len(files)
+    by_code: dict[bytes, Any] = {}
+    for ev in lines:
+        by_code.setdefault(canonical(ev), ev)
+    if len(by_code) > 1:
+        out.versions.append(seq)
+    return [by_code[c] for c in sorted(by_code)]
