@@ -62,11 +62,10 @@ from .runner import FlushMark
 
 __all__ = ["SyncTracer", "Tracer", "sync_tracer", "tracer"]
 
-# The most events the writer takes off the queue at once, and hands to the
-# encoder in one call: a C call holds the GIL from start to end, and an event
-# loop waiting for it stalls as long (a burst of 250,000 events encoded in one
-# call is a quarter of a second).
-_SLICE = 4_096
+# The most events the writer takes off the queue at once, and checks and
+# encodes before its next write lets the GIL go: an event loop waiting for the
+# GIL stalls that long, and a smaller slice costs more calls an event.
+_SLICE = 2_048
 # How long an emit waits for a writer starved of the GIL to take the queue.
 HAND_OVER_S = 0.001
 # A run takes events in these states (opening: its sinks are being opened).
