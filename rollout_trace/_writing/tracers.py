@@ -189,6 +189,7 @@ class WriterRun:
         "urgent",
         "waited",
         "wake_flag",
+        "woken_at",
         "writer_done",
     )
 
@@ -211,6 +212,7 @@ class WriterRun:
         self.taken = threading.Event()
         self.taken_at = 0.0
         self.handed_at = 0.0  # when an emit last handed the GIL over
+        self.woken_at = 0.0  # when an emit last woke the idle writer
         self.opened = threading.Event()
         self.writer_done = False  # the writer thread has handled its last mark
         self.open_error: BaseException | None = None
@@ -361,18 +363,21 @@ class _TracerCore:
         if n > self._config.batch_size and self._starved(run):
             self._hand_over(run)
         elif not run.wake_flag.is_set() and not self._forked():
+            run.woken_at = time.monotonic()
             run.wake_flag.set()
 
     def _starved(self, run: WriterRun) -> bool:
-        """The writer was woken for a full batch and has taken nothing for a
-        switch interval: it may wait for the GIL, which this thread keeps
-        taking back first (an event loop drops and retakes it at every poll of
-        its selector, and the waiting thread's switch interval starts over
-        each time). At most once a switch interval: the writer may as well be
-        inside a slow sink's call, which wants no GIL."""
+        """The writer was woken and has taken nothing for two switch
+        intervals: it waits for the GIL, which this thread keeps taking back
+        first (an event loop drops and retakes it at every poll of its
+        selector, and the waiting thread's switch interval starts over each
+        time). A thread that merely runs flat out is made to let the writer
+        in within one interval, so it is never taken for starving it. At most
+        once a switch interval: the writer may as well be inside a slow
+        sink's call, which wants no GIL."""
         now = time.monotonic()
         if (
-            now - run.taken_at > self._switch
+            now - max(run.taken_at, run.woken_at) > 2 * self._switch
             and now - run.handed_at > self._switch
             and run.wake_flag.is_set()
             and not run.engine.in_long_call(now)

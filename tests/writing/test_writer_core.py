@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,41 @@ def test_a_wake_up_is_never_lost_when_emit_is_preempted(monkeypatch: pytest.Monk
             time.sleep(0.01)
         assert t.counts.pending == 0, t.counts
         assert len(t.sinks[0].lines()) == 3  # type: ignore[attr-defined]
+
+
+def _writer(*, woken_ago: float, taken_ago: float | None) -> Any:
+    now = time.monotonic()
+    wake = threading.Event()
+    wake.set()  # woken, and it has not cleared the flag yet
+    return types.SimpleNamespace(
+        wake_flag=wake,
+        woken_at=now - woken_ago,
+        taken_at=0.0 if taken_ago is None else now - taken_ago,
+        handed_at=0.0,
+        engine=types.SimpleNamespace(in_long_call=lambda now: False),
+    )
+
+
+@pytest.mark.parametrize(
+    ("woken_ago", "taken_ago", "starved"),
+    [
+        pytest.param(0.001, None, False, id="woken-just-now-never-took"),
+        pytest.param(1.0, 0.006, False, id="took-one-switch-interval-ago"),
+        pytest.param(1.0, 0.020, True, id="took-nothing-for-four-intervals"),
+        pytest.param(0.020, None, True, id="woken-four-intervals-ago-never-took"),
+    ],
+)
+def test_only_a_writer_kept_from_the_gil_is_handed_it(
+    woken_ago: float, taken_ago: float | None, starved: bool
+) -> None:
+    # An emitter that runs flat out is made to let a waiting thread in within
+    # one switch interval (5 ms), so a writer that last took the queue 6 ms
+    # ago, or was woken a moment ago and has taken nothing since the run
+    # opened, is not starved: handing it the GIL then cost the loop about
+    # 1 ms each time, 6-26 times in a burst of 200,000 emits.
+    core = types.SimpleNamespace(_switch=0.005)
+    run = _writer(woken_ago=woken_ago, taken_ago=taken_ago)
+    assert tracers._TracerCore._starved(core, run) is starved  # type: ignore[arg-type]
 
 
 @pytest.mark.usefixtures("plugins")
