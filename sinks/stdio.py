@@ -60,7 +60,14 @@ class _StdStreamSink(Sink):
 
     def _put(self, view: memoryview) -> None:
         while view:
-            view = view[os.write(self._fd, view) :]
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:
+                # A non-blocking descriptor (asyncio's connect_write_pipe sets
+                # one, and it is shared with its parent) with a full pipe: wait
+                # for the reader as a blocking one would. A reader that never
+                # comes makes a hung call, which the tracer gives up on.
+                select.select([], [self._fd], [])
 
 
 def _whole_lines(data: bytes, limit: int) -> list[memoryview]:

@@ -271,12 +271,17 @@ def _sample_of(cls: type[rt.Event]) -> rt.Event:
     return cls(x=1, time=1.0, run_id="r" * 32, seq=1)  # type: ignore[call-arg]
 
 
-def test_an_explicit_tag_that_is_taken_is_refused_at_the_next_lookup() -> None:
+def test_an_explicit_tag_that_is_taken_is_refused_at_the_next_lookup(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # msgspec sets an explicit tag after every hook of ours has run, so the
-    # clash shows when a tag is next looked up, not in the class statement.
+    # clash shows when a tag is next looked up (a warning), and at emit.
     module = _define("late_clash", "class Mine(rt.Event, tag='weights_synced'):\n    x: int\n")
-    with pytest.raises(rt.EventTagError, match=r"late_clash\.Mine.*rollout_trace\.WeightsSynced"):
+    with caplog.at_level("WARNING", logger="rollout_trace"):
         rt.event_types()
+    assert any("late_clash.Mine" in r.getMessage() for r in caplog.records)
+    with pytest.raises(rt.EventTagError, match=r"late_clash\.Mine.*rollout_trace\.WeightsSynced"):
+        REGISTRY.emit_type(module.Mine)
     assert module.Mine not in REGISTRY.emit_types
     assert rt.event_types()["weights_synced"] is rt.WeightsSynced
 

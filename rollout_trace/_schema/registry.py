@@ -14,11 +14,13 @@ option that decides what its line looks like (``array_like``, ``tag_field``,
 runs when the next event class is defined, before anything looks a tag up
 (decoders, ``event_types()``), and when ``emit`` first meets the class
 (``emit_type``). Only then may it be emitted: a class whose lines no reader
-would take is refused there, and is in no table.
+would take is refused there, and is in no table; the settle that finds it
+logs a warning naming it, and every ``emit`` of it raises ``EventTagError``.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -35,6 +37,7 @@ Event = msgspec.Struct
 __all__ = ["REGISTRY", "EventRegistry", "not_an_event_type", "snake_case"]
 
 _T = TypeVar("_T")
+_log = logging.getLogger("rollout_trace")
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
@@ -174,12 +177,15 @@ class EventRegistry:
 
     def settle(self) -> None:
         """Accept every finished pending class, or refuse it (it is then in no
-        table); raise ``EventTagError`` for one refused class not raised yet."""
+        table, and ``emit`` raises ``EventTagError`` for its events); a refusal
+        not told yet is logged once as a warning here. It never raises: the
+        lookup that settles may be an unrelated read, or another library's
+        class statement, which a class it has nothing to do with must not break."""
         with self._lock:
             if self._pending:
                 self._settle()
-            if self._unreported:
-                raise self._refusal(self._unreported.pop(0))
+            while self._unreported:
+                _log.warning("rollout_trace: %s", self._refusal(self._unreported.pop(0)))
 
     def emit_type(self, cls: type) -> bool:
         """The ``urgent`` flag of event class ``cls``: ``emit``'s slow path, for

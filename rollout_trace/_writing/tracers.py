@@ -68,6 +68,9 @@ __all__ = ["SyncTracer", "Tracer", "sync_tracer", "tracer"]
 _SLICE = 2_048
 # How long an emit waits for a writer starved of the GIL to take the queue.
 HAND_OVER_S = 0.001
+# Hand-overs that found the writer inside a sink's call are tried again this
+# much later each time, up to the longest gap; one the writer took resets it.
+_GAP_MAX = 0.1
 # A run takes events in these states (opening: its sinks are being opened).
 _RUNNING = (State.OPENING, State.OPEN)
 
@@ -171,10 +174,13 @@ class WriterRun:
 
     __slots__ = (
         "abandoned",
+        "catch_up_to",
+        "caught_up",
         "close_mark",
         "drops",
         "drops_folded",
         "engine",
+        "gap",
         "handed_at",
         "marks",
         "marks_popped",
@@ -212,6 +218,10 @@ class WriterRun:
         self.taken = threading.Event()
         self.taken_at = 0.0
         self.handed_at = 0.0  # when an emit last handed the GIL over
+        self.gap = 0.0  # the least time between hand-overs (0: a switch interval)
+        # Set by the writer once the queue is down to ``catch_up_to`` events.
+        self.caught_up = threading.Event()
+        self.catch_up_to = -1
         self.woken_at = 0.0  # when an emit last woke the idle writer
         self.opened = threading.Event()
         self.writer_done = False  # the writer thread has handled its last mark
@@ -360,40 +370,59 @@ class _TracerCore:
     def _wake(self, run: WriterRun, n: int, urgent: bool) -> None:
         if urgent:
             run.urgent = True
-        if n > self._config.batch_size and self._starved(run):
-            self._hand_over(run)
+        behind = n > self._config.buffer // 2
+        if n > self._config.batch_size and self._starved(run, behind):
+            self._hand_over(run, self._switch if behind else 0.0, self._config.buffer // 4)
         elif not run.wake_flag.is_set() and not self._forked():
             run.woken_at = time.monotonic()
             run.wake_flag.set()
 
-    def _starved(self, run: WriterRun) -> bool:
-        """The writer was woken and has taken nothing for two switch
-        intervals: it waits for the GIL, which this thread keeps taking back
-        first (an event loop drops and retakes it at every poll of its
-        selector, and the waiting thread's switch interval starts over each
-        time). A thread that merely runs flat out is made to let the writer
-        in within one interval, so it is never taken for starving it. At most
-        once a switch interval: the writer may as well be inside a slow
-        sink's call, which wants no GIL."""
+    def _starved(self, run: WriterRun, behind: bool) -> bool:
+        """Whether to hand the writer the GIL: it was woken and has taken nothing
+        for two switch intervals, or the queue holds an eighth of the buffer
+        (``behind``).
+
+        A thread that waits for the GIL gets it within one interval from a thread
+        that runs flat out, but an event loop drops and retakes it at every poll
+        of its selector, and the waiting thread's interval starts over each
+        time: two intervals without a take means it is kept from the GIL. And a
+        writer given the GIL once an interval writes one slice each time, less
+        than an emitter running flat out makes: a long queue means it falls
+        behind, however recently it took. At most once a switch interval (less
+        often after hand-overs the writer did not take: it was inside a sink's
+        call, which wants no GIL)."""
         now = time.monotonic()
-        if (
-            now - max(run.taken_at, run.woken_at) > 2 * self._switch
-            and now - run.handed_at > self._switch
-            and run.wake_flag.is_set()
-            and not run.engine.in_long_call(now)
+        if now - run.handed_at <= max(self._switch, run.gap) or run.engine.in_long_call(now):
+            return False
+        if behind or (
+            now - max(run.taken_at, run.woken_at) > 2 * self._switch and run.wake_flag.is_set()
         ):
             run.handed_at = now
             return True
         return False
 
     @staticmethod
-    def _hand_over(run: WriterRun) -> None:
+    def _hand_over(run: WriterRun, catch_up_s: float, target: int) -> None:
         """Let the writer have the GIL: wait without it until the writer has
         taken the queue, at most ``HAND_OVER_S`` (a thread waiting for the GIL
-        takes it within microseconds of its release). Only this thread's own
-        wait changes: nothing of the interpreter's is set."""
+        takes it within microseconds of its release); with ``catch_up_s``, until
+        it has written the queue down to ``target`` events, at most that long
+        (it falls behind: the program is slowed to its pace rather than losing
+        events). Only this thread's own wait changes: nothing of the
+        interpreter's is set. A writer that took nothing (inside a sink's call,
+        which wants no GIL) is handed it again only after twice the gap."""
         run.taken.clear()
-        run.taken.wait(HAND_OVER_S)
+        if catch_up_s:
+            run.caught_up.clear()
+            run.catch_up_to = target
+            run.caught_up.wait(catch_up_s)
+            run.catch_up_to = -1
+        else:
+            run.taken.wait(HAND_OVER_S)
+        if run.taken.is_set():
+            run.gap = 0.0
+        else:
+            run.gap = min(_GAP_MAX, max(run.gap * 2, 0.01))
 
     def _on_full(self, run: WriterRun) -> None:
         if run is self._run and self._state in _RUNNING:
@@ -769,7 +798,10 @@ class _TracerCore:
                         run.marks.remove(item)
                 run.reach(item)
             self._write(run, items[start:] if start else items)
+            if len(queue) <= run.catch_up_to:
+                run.caught_up.set()
         self._fold_drops(run, peek_count(run.drops) - run.drops_folded)
+        run.caught_up.set()
         return None
 
     def _marks_in(self, run: WriterRun, items: list[Any]) -> list[tuple[int, QueueMark]]:

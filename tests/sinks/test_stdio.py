@@ -8,6 +8,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from collections import Counter
 
 from writing.harness import child_env
@@ -91,3 +92,37 @@ def test_a_batch_is_cut_into_as_few_whole_line_pieces_as_fit() -> None:
         len(long),
         300,
     ]
+
+
+_NONBLOCKING_CHILD = """
+import os
+import rollout_trace as rt
+os.set_blocking(1, False)
+with rt.sync_tracer("stdout://") as t:
+    for i in range(50_000):
+        t.emit(rt.AttemptSealed(group_id="g", prompt_id=i, generation_index=0, attempt=0))
+"""
+
+
+def test_a_non_blocking_pipe_with_a_slow_reader_gets_every_line() -> None:
+    # asyncio's connect_write_pipe leaves the descriptor non-blocking: a full
+    # pipe made the first write fail (EAGAIN), the sink stop and every line
+    # count as dropped, though a reader got some of them.
+    child = subprocess.Popen(
+        [sys.executable, "-c", _NONBLOCKING_CHILD],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+    )
+    assert child.stdout is not None and child.stderr is not None
+    data = b""
+    with child.stdout, child.stderr:
+        while chunk := child.stdout.read(4096):
+            data += chunk
+            time.sleep(0.0005)  # slower than the writer: the pipe stays full
+        err = child.stderr.read()
+    assert child.wait(timeout=120) == 0, err[-2000:]
+    records = [json.loads(line) for line in data.splitlines()]
+    [closed] = [r for r in records if r["event"] == "trace_closed"]
+    assert (closed["written"], closed["dropped"]) == (50_000, 0), err[-2000:]
+    assert len(records) == 50_002

@@ -178,30 +178,34 @@ def _writer(*, woken_ago: float, taken_ago: float | None) -> Any:
         woken_at=now - woken_ago,
         taken_at=0.0 if taken_ago is None else now - taken_ago,
         handed_at=0.0,
+        gap=0.0,
         engine=types.SimpleNamespace(in_long_call=lambda now: False),
     )
 
 
 @pytest.mark.parametrize(
-    ("woken_ago", "taken_ago", "starved"),
+    ("woken_ago", "taken_ago", "behind", "starved"),
     [
-        pytest.param(0.001, None, False, id="woken-just-now-never-took"),
-        pytest.param(1.0, 0.006, False, id="took-one-switch-interval-ago"),
-        pytest.param(1.0, 0.020, True, id="took-nothing-for-four-intervals"),
-        pytest.param(0.020, None, True, id="woken-four-intervals-ago-never-took"),
+        pytest.param(0.001, None, False, False, id="woken-just-now-never-took"),
+        pytest.param(1.0, 0.006, False, False, id="took-one-switch-interval-ago"),
+        pytest.param(1.0, 0.001, True, True, id="took-just-now-and-falls-behind"),
+        pytest.param(1.0, 0.020, False, True, id="took-nothing-for-four-intervals"),
+        pytest.param(0.020, None, False, True, id="woken-four-intervals-ago-never-took"),
     ],
 )
-def test_only_a_writer_kept_from_the_gil_is_handed_it(
-    woken_ago: float, taken_ago: float | None, starved: bool
+def test_only_a_writer_kept_from_the_gil_or_falling_behind_is_handed_it(
+    woken_ago: float, taken_ago: float | None, behind: bool, starved: bool
 ) -> None:
     # An emitter that runs flat out is made to let a waiting thread in within
     # one switch interval (5 ms), so a writer that last took the queue 6 ms
     # ago, or was woken a moment ago and has taken nothing since the run
     # opened, is not starved: handing it the GIL then cost the loop about
-    # 1 ms each time, 6-26 times in a burst of 200,000 emits.
+    # 1 ms each time, 6-26 times in a burst of 200,000 emits. But a writer given
+    # the GIL once an interval writes one slice a time, less than a flat-out
+    # emitter makes: with the queue long, one interval is enough.
     core = types.SimpleNamespace(_switch=0.005)
     run = _writer(woken_ago=woken_ago, taken_ago=taken_ago)
-    assert tracers._TracerCore._starved(core, run) is starved  # type: ignore[arg-type]
+    assert tracers._TracerCore._starved(core, run, behind) is starved  # type: ignore[arg-type]
 
 
 @pytest.mark.usefixtures("plugins")
