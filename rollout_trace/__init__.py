@@ -1,7 +1,5 @@
 """rollout_trace: typed, non-blocking event tracing for asyncio RL controllers."""
 
-from ._analysis.cost import restore_costs
-from ._analysis.figures import StopCost
 from ._errors import (
     EventTagError,
     RolloutTraceError,
@@ -12,8 +10,10 @@ from ._errors import (
     TracerStateError,
     UnknownSchemeError,
 )
+from ._model.stops import StopCost
+from ._model.traceset import restore_costs
 from ._reading.reader import ReadProblem, read, read_located
-from ._report.api import attempts, health_report
+from ._report.api import TraceSet, analyze, attempts, health_report
 from ._report.health import HealthReport, RunHealth
 from ._report.table import AttemptRow
 from ._schema.decoding import UnknownEvent
@@ -87,6 +87,8 @@ __all__ = [
     "read_located",
     "ReadProblem",
     "restore_costs",
+    "analyze",
+    "TraceSet",
     "StopCost",
     # rollout health and per-attempt tables
     "health_report",

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from samples import ROLLOUT_SAMPLES
 
 import rollout_trace as rt
-from rollout_trace._reading.lean import lean_list_decoder
 from rollout_trace._schema import encoding
 from rollout_trace._schema.decoding import decode_line
 from rollout_trace._schema.encoding import BatchEncoder
@@ -348,4 +347,3 @@ def test_a_class_msgspec_cannot_resolve_stops_neither_writer_nor_reader(
         event="ghostly", time=ghost.time, run_id=ghost.run_id, seq=2, fields={"x": 1}
     )
     assert type(decode_line(msgspec.json.encode(ok))) is rt.AttemptDispatched
-    assert lean_list_decoder().decode(b"[" + msgspec.json.encode(ok) + b"]")

@@ -5,6 +5,7 @@
 ``timeline``, ``demo``), and runs the one named; errors become exit statuses
 there. The subcommands read trace sets through ``common.blocks`` (progress on
 a terminal) and lay tables out with ``common.table``; the figures, the runs'
-statistics and the timelines they print come from ``_analysis`` and
-``_timeline``, the demo from ``_demo``.
+statistics and the timelines they print are functions of one model of the
+trace set (``_model``, drawn by ``_timeline`` and ``_report``), the demo
+comes from ``_demo``.
 """

@@ -9,33 +9,28 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, BinaryIO, TextIO
+from typing import BinaryIO, TextIO
 
 import msgspec
 
-from .._analysis.copies import VERSION, Conflicts, CopyCheck
-from .._analysis.cost import gc_paused
-from .._analysis.seqs import SeqSet
 from .._errors import TraceReadError
+from .._model.traceset import Builder, M, Model, gc_paused
 from .._reading.paths import expand_paths
 from .._reading.reader import Problems, ReadProblem, iter_blocks
 from .._reading.stores import is_url, url_size
 from .._schema.decoding import UnknownEvent
 from .._schema.events import Event
-from .._timeline.fold import TimelineFold
-from .._timeline.model import Timeline
+from .._timeline.model import Timeline, timeline_of
 
 __all__ = [
     "PROBLEMS_SHOWN",
     "BadLines",
     "add_paths",
     "blocks",
-    "compare_copies",
     "fold_timeline",
     "output_error",
     "write_whole",
     "progress_for",
-    "read_again",
     "trace_files",
     "report_problems",
     "fmt_time",
@@ -111,80 +106,24 @@ def trace_files(paths: Sequence[str]) -> list[str]:
 
 
 def blocks(
-    files: Sequence[str], problems: Problems, *, lean: bool = False
+    files: Sequence[str], problems: Problems
 ) -> Iterator[tuple[str, list[Event | UnknownEvent], Sequence[int]]]:
     """The event blocks of ``files`` (``trace_files``, not listed again), with progress
     on stderr for large inputs.
 
     A name a listing gave is that file or object, whatever characters it holds;
     and an object's size and etag are the listing's, with no request more.
-    ``lean`` is for the cost analysis only: see ``_reading.reader.iter_blocks``.
     """
     progress = progress_for(files)
     try:
-        yield from iter_blocks(files, problems, on_bytes=progress, lean=lean, listed=True)
+        yield from iter_blocks(files, problems, on_bytes=progress, listed=True)
     finally:
         if progress is not None:
             progress.clear()
 
 
-def read_again(
-    files: Sequence[str], *, lean: bool = False
-) -> Iterator[tuple[str, list[Event | UnknownEvent], Sequence[int]]]:
-    """The blocks of ``files`` read a second time, their bad lines not reported again."""
-    return blocks(files, _reported_already, lean=lean)
-
-
 def _reported_already(_: ReadProblem) -> None:
     pass
-
-
-def compare_copies(
-    again: Mapping[str, SeqSet],
-    files: Sequence[str],
-    version: Callable[[Any], None],
-    *,
-    lean: bool = False,
-) -> dict[str, Conflicts]:
-    """Per run, the seqs of ``again`` held by lines that differ, from a second read of ``files``.
-
-    Each line that differs from those before it with its seq goes to ``version``.
-    """
-    check = CopyCheck(again)
-    for _, events, _ in read_again(files, lean=lean):
-        for ev in events:
-            if check.check(ev) == VERSION:
-                version(ev)
-    return check.conflicts()
-
-
-class BadLines:
-    """The reader's bad lines, counted, with the first ``PROBLEMS_SHOWN`` kept to show.
-
-    Pass it as the reader's ``problems``; ``then`` is called with every one too.
-    """
-
-    def __init__(self, then: Callable[[ReadProblem], None] | None = None) -> None:
-        self.count = 0
-        self.torn = 0
-        self.first: list[ReadProblem] = []
-        self._then = then
-
-    def __call__(self, p: ReadProblem) -> None:
-        self.count += 1
-        self.torn += p.torn
-        if len(self.first) < PROBLEMS_SHOWN:
-            self.first.append(p)
-        if self._then is not None:
-            self._then(p)
-
-    def extend(self, other: BadLines, line_offset: int = 0) -> None:
-        """Count in the bad lines of a later part, their line numbers moved on by
-        ``line_offset``."""
-        self.count += other.count
-        self.torn += other.torn
-        for p in other.first[: PROBLEMS_SHOWN - len(self.first)]:
-            self.first.append(msgspec.structs.replace(p, line=p.line + line_offset))
 
 
 def output_error(out: str, suffixes: Mapping[str, str], files: Sequence[str]) -> str | None:
@@ -219,22 +158,49 @@ def write_whole(out: str, write: Callable[[BinaryIO], int]) -> int:
     return n
 
 
-def fold_timeline(files: list[str], problems: BadLines) -> Timeline:
-    """The timeline of ``files``: each block folded as it is read and let go (what the
-    timeline keeps is its attempts and marks, never the events); lines of one
-    (run_id, seq) that differ are found by a second read of those seqs."""
-    fold = TimelineFold(copies_later=True)
+class BadLines:
+    """The reader's bad lines, counted, with the first ``PROBLEMS_SHOWN`` kept to show.
+
+    Pass it as the reader's ``problems``; ``then`` is called with every one too.
+    """
+
+    def __init__(self, then: Callable[[ReadProblem], None] | None = None) -> None:
+        self.count = 0
+        self.torn = 0
+        self.first: list[ReadProblem] = []
+        self._then = then
+
+    def __call__(self, p: ReadProblem) -> None:
+        self.count += 1
+        self.torn += p.torn
+        if len(self.first) < PROBLEMS_SHOWN:
+            self.first.append(p)
+        if self._then is not None:
+            self._then(p)
+
+    def extend(self, other: BadLines, line_offset: int = 0) -> None:
+        """Count in the bad lines of a later part, their line numbers moved on by
+        ``line_offset``."""
+        self.count += other.count
+        self.torn += other.torn
+        for p in other.first[: PROBLEMS_SHOWN - len(self.first)]:
+            self.first.append(msgspec.structs.replace(p, line=p.line + line_offset))
+
+
+def read_model(files: list[str], problems: Problems, make: type[M] = Model) -> M:  # type: ignore[assignment]
+    """The model of the trace set ``files`` hold (``_model``), read once."""
+    builder = Builder()
     # Millions of small acyclic records: the cyclic collector would walk them
     # all, again and again, for nothing.
     with gc_paused():
         for path, block, _ in blocks(files, problems):
-            fold.add(block, source=path)
-        again = fold.cost.seen_again()
-        if again:
-            fold.cost.conflicts = compare_copies(
-                again, fold.cost.files_to_compare(files), fold.cost.add_version
-            )
-        return fold.timeline()
+            builder.add(block, source=path)
+    return builder.build(None, make)
+
+
+def fold_timeline(files: list[str], problems: BadLines) -> Timeline:
+    """The timeline of ``files`` (``read_model``)."""
+    return timeline_of(read_model(files, problems))
 
 
 def report_problems(problems: Sequence[ReadProblem], total: int | None = None) -> None:

@@ -10,21 +10,20 @@ import sys
 
 import msgspec
 
-from .._analysis.cost import CostAnalysis, gc_paused
-from .._analysis.figures import FIGURE_ROWS, FIGURES, StopCost
+from .._model.stops import FIGURE_ROWS, FIGURES, StopCost
+from .._model.traceset import Builder, Model, gc_paused
 from .command import Command
 from .common import (
     BadLines,
     add_paths,
     blocks,
-    compare_copies,
     fmt_num,
     fmt_time,
     report_problems,
     table,
     trace_files,
 )
-from .jobs import NoWorkers, WorkerDied, fold_in_processes, fold_in_ray
+from .jobs import NoWorkers, WorkerDied, read_in_processes, read_in_ray
 
 __all__ = ["COMMAND", "render"]
 
@@ -37,9 +36,9 @@ A stop is a run followed by a later run whose rollout work begins with
 restore_started. The exact rules for stops and the definition of every figure
 are in the README, section Reference > Restore-cost figures.
 
-A run read from two files (two sinks of one tracer, a copy) counts once; the
-lines of a seq read more than once are read again and compared, and lines
-that differ (a conflicting copy) are noted (conflicting_copies).
+A run read from two files (two sinks of one tracer, a copy) counts once;
+lines of one seq that differ (a conflicting copy) are all kept, in one
+order, and noted (conflicting_copies).
 
 Files are read in --jobs worker processes, one per usable core unless told:
 whole files, and byte ranges of a large plain .jsonl file. A trace set with a
@@ -104,74 +103,53 @@ def _usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _first_read(
-    files: list[str], args: argparse.Namespace, *, history: bool
-) -> tuple[CostAnalysis, BadLines]:
-    """Every file folded into one analysis, and the bad lines met."""
+def _read(files: list[str], args: argparse.Namespace) -> tuple[Model, BadLines]:
+    """The model of ``files``, read here, in worker processes or as Ray tasks; the bad lines."""
+    gathered: tuple[Builder, BadLines] | None = None
     if args.ray:
-        return fold_in_ray(files, history=history)
-    jobs = args.jobs
-    if jobs is None:
-        # Workers re-import the __main__ of the program that starts them: only
-        # the command line's own is known to be safe to (main.program).
-        jobs = _usable_cores() if getattr(args, "program", False) else 1
-    if jobs > 1:
-        try:
-            folded = fold_in_processes(files, jobs, history=history)
-        except NoWorkers as exc:
-            print(
-                f"rollout-trace cost: warning: {exc}; reading in this process, as --jobs 1 does",
-                file=sys.stderr,
-            )
-            folded = None
-        if folded is not None:
-            return folded
-    # Counted, the first few kept: a text log given by mistake is millions of them.
-    problems = BadLines()
-    # A run read twice is folded once here; the lines that differ come with
-    # the second read that looks for them.
-    analysis = CostAnalysis(copies_later=True, history=history)
-    with gc_paused():
-        for path, events, _ in blocks(files, problems, lean=True):
-            analysis.add(events, source=path)
-    return analysis, problems
-
-
-def _compare_copies(analysis: CostAnalysis, files: list[str]) -> None:
-    """Read again the runs with a seq seen twice, for lines that differ (``conflicts``)."""
-    with gc_paused():
-        again = analysis.seen_again()
-        if again:
-            analysis.conflicts = compare_copies(
-                again, analysis.files_to_compare(files), analysis.add_version, lean=True
-            )
+        gathered = read_in_ray(files)
+    else:
+        jobs = args.jobs
+        if jobs is None:
+            # Workers re-import the __main__ of the program that starts them: only
+            # the command line's own is known to be safe to (main.program).
+            jobs = _usable_cores() if getattr(args, "program", False) else 1
+        if jobs > 1:
+            try:
+                gathered = read_in_processes(files, jobs)
+            except NoWorkers as exc:
+                print(
+                    f"rollout-trace cost: warning: {exc}; reading in this process, as --jobs 1 "
+                    "does",
+                    file=sys.stderr,
+                )
+    if gathered is None:
+        # Counted, the first few kept: a text log given by mistake is millions of them.
+        problems = BadLines()
+        builder = Builder()
+        with gc_paused():
+            for path, events, _ in blocks(files, problems):
+                builder.add(events, source=path)
+        gathered = builder, problems
+    builder, problems = gathered
+    return builder.build(), problems
 
 
 def _run(args: argparse.Namespace) -> int:
     files = trace_files(args.paths)
-    # Folded without the history of dropped starts first (memory that grows
-    # with lines); only a line that differs from its copy needs it, and then,
-    # if its run dropped any, the set is folded again with it (a damaged set:
-    # rare, and read twice), the first fold let go of before.
     try:
-        analysis, problems = _first_read(files, args, history=False)
-        _compare_copies(analysis, files)
-        if analysis.needs_history():
-            del analysis, problems
-            analysis, problems = _first_read(files, args, history=True)
-            _compare_copies(analysis, files)
+        model, problems = _read(files, args)
     except WorkerDied as exc:
         print(f"rollout-trace cost: error: {exc}", file=sys.stderr)
         return 1
-    with gc_paused():
-        stops = analysis.stops()
+    stops = model.stops
     report_problems(problems.first, problems.count)
-    for note in analysis.notes:
+    for note in model.notes:
         print(f"rollout-trace: note: {note}", file=sys.stderr)
     if args.json:
         doc = {
             "stops": [s.to_dict() for s in stops],
-            "notes": [msgspec.to_builtins(n) for n in analysis.notes],
+            "notes": [msgspec.to_builtins(n) for n in model.notes],
             "reasons": [
                 {
                     "stopped_run": s.stopped_run,
@@ -189,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(render(stops))
     # Lines that disagree make the data set inconsistent, whatever it gave.
-    return 1 if any(s.reasons for s in stops) or analysis.conflicts else 0
+    return 1 if any(s.reasons for s in stops) or model.conflicts else 0
 
 
 def _value(stop: StopCost, figure: str) -> str:

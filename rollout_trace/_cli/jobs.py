@@ -1,14 +1,14 @@
-"""The cost analysis's first read in worker processes (``--jobs``) or Ray tasks (``--ray``).
+"""A trace set read in worker processes (``--jobs``) or Ray tasks (``--ray``).
 
 A trace set is cut into pieces (``_reading.pieces``: files, and byte ranges
-of large plain text files), grouped into tasks. Each task folds its pieces
-into a ``CostAnalysis`` of its own (``fold_pieces``) and hands it back with
-the bad lines of each piece; the caller merges the folds, which are
-order-free (``CostAnalysis.merge``), and counts the bad lines in piece
-order, each range's line numbers moved on by the lines of the ranges before
-it in its file. So the figures, the notes and the bad lines reported are
-those of a read in one process, whatever the number of workers and
-whichever finishes first.
+of large plain text files), grouped into tasks. Each task reads its pieces
+into a model ``Builder`` of its own (``read_pieces``) and hands it back with
+the bad lines of each piece; the caller merges the builders (gathering is
+order-free: the model orders and compares only when it is built), and
+counts the bad lines in piece order, each range's line numbers moved on by
+the lines of the ranges before it in its file. So the figures, the notes
+and the bad lines reported are those of a read in one process, whatever
+the number of workers and whichever finishes first.
 
 A worker that dies (killed, out of memory) breaks the pool: the command
 stops with an error naming the pieces it was reading. Ctrl-C stops every
@@ -42,8 +42,8 @@ from importlib import import_module
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from .._analysis.cost import CostAnalysis, gc_paused
 from .._errors import RolloutTraceError
+from .._model.traceset import Builder, gc_paused
 from .._reading.pieces import WHOLE, Piece, plan
 from .._reading.reader import TextRange, iter_blocks
 from .._reading.stores import is_url, known, remember
@@ -54,10 +54,10 @@ __all__ = [
     "NoWorkers",
     "RayMissing",
     "RayUnusable",
-    "Folded",
-    "fold_pieces",
-    "fold_in_processes",
-    "fold_in_ray",
+    "Read",
+    "read_pieces",
+    "read_in_processes",
+    "read_in_ray",
 ]
 
 # Where a piece is, in the array the workers share with the parent: the pid of
@@ -76,7 +76,7 @@ _REACH_S = 5.0
 
 
 class WorkerDied(RolloutTraceError):
-    """A worker process or Ray task ended before it handed its fold back."""
+    """A worker process or Ray task ended before it handed what it read back."""
 
 
 class NoWorkers(RolloutTraceError):
@@ -92,10 +92,10 @@ class RayUnusable(RolloutTraceError):
     cluster that cannot be joined or started, a path the Ray workers cannot open."""
 
 
-class Folded(NamedTuple):
-    """What a task read: its fold, and the bad lines and line count of each of its pieces."""
+class Read(NamedTuple):
+    """What a task read: its builder, and the bad lines and line count of each of its pieces."""
 
-    analysis: CostAnalysis
+    builder: Builder
     problems: list[BadLines]
     lines: list[int]
 
@@ -147,12 +147,11 @@ def _count_bytes(n: int) -> None:
         _bytes.value += n
 
 
-def fold_pieces(
+def read_pieces(
     task: Sequence[tuple[int, Piece]],
-    history: bool = True,
     listed: dict[str, dict[str, Any]] | None = None,
-) -> Folded:
-    """Fold the pieces of one task (each with its place in the plan) into one analysis.
+) -> Read:
+    """Read the pieces of one task (each with its place in the plan) into one builder.
 
     ``listed`` is what the caller's listing found of the task's objects
     (``stores.known``): they are opened with no request more.
@@ -160,8 +159,8 @@ def fold_pieces(
     global _current
     if listed:
         remember(listed)
-    analysis = CostAnalysis(copies_later=True, history=history)
-    out = Folded(analysis, [], [])
+    builder = Builder()
+    out = Read(builder, [], [])
     on_bytes = None if _bytes is None else _count_bytes
     die_on = os.environ.get(_DIE_ON)
     hold_on = os.environ.get(_HOLD_ON)
@@ -177,16 +176,14 @@ def fold_pieces(
             problems = BadLines()
             if piece.end == WHOLE:
                 for path, events, _ in iter_blocks(
-                    [piece.path], problems, on_bytes=on_bytes, lean=True, listed=True
+                    [piece.path], problems, on_bytes=on_bytes, listed=True
                 ):
-                    analysis.add(events, source=path)
+                    builder.add(events, source=path)
                 lines = 0  # no piece of the file comes after it
             else:
-                part = TextRange(
-                    piece.path, piece.start, piece.end, problems, on_bytes=on_bytes, lean=True
-                )
+                part = TextRange(piece.path, piece.start, piece.end, problems, on_bytes=on_bytes)
                 for path, events, _ in part.blocks():
-                    analysis.add(events, source=path)
+                    builder.add(events, source=path)
                 lines = part.lines
             out.problems.append(problems)
             out.lines.append(lines)
@@ -197,17 +194,17 @@ def fold_pieces(
 
 
 class _Merge:
-    """The folds of the tasks, merged as they come; the bad lines put in piece order."""
+    """What the tasks read, merged as it comes; the bad lines put in piece order."""
 
-    def __init__(self, pieces: list[Piece], history: bool) -> None:
+    def __init__(self, pieces: list[Piece]) -> None:
         self.pieces = pieces
-        self.analysis = CostAnalysis(copies_later=True, history=history)
+        self.builder = Builder()
         self._problems: list[BadLines | None] = [None] * len(pieces)
         self._lines = [0] * len(pieces)
 
-    def add(self, task: Sequence[int], folded: Folded) -> None:
-        self.analysis.merge(folded.analysis, take=True)  # sent back: nobody else holds it
-        for i, problems, lines in zip(task, folded.problems, folded.lines, strict=True):
+    def add(self, task: Sequence[int], read: Read) -> None:
+        self.builder.merge(read.builder)
+        for i, problems, lines in zip(task, read.problems, read.lines, strict=True):
             self._problems[i] = problems
             self._lines[i] = lines
 
@@ -260,10 +257,8 @@ def shared(path: str) -> bool:
     return False
 
 
-def fold_in_processes(
-    files: Sequence[str], jobs: int, *, history: bool = True
-) -> tuple[CostAnalysis, BadLines] | None:
-    """The first read of ``files`` by ``jobs`` worker processes; None when it is for one process
+def read_in_processes(files: Sequence[str], jobs: int) -> tuple[Builder, BadLines] | None:
+    """``files`` read by ``jobs`` worker processes; None when it is for one process
     (one task holds it all, or a path only this process can open: see ``shared``).
 
     Raises ``WorkerDied`` when a worker dies, naming the pieces it was reading,
@@ -274,13 +269,11 @@ def fold_in_processes(
     pieces, tasks = plan(files, jobs)
     if len(tasks) < 2:
         return None  # a process of its own would only add its start-up
-    merge = _Merge(pieces, history)
+    merge = _Merge(pieces)
     # The workers' watch: the parent holds the only write end, and never writes.
     watch, alive = multiprocessing.Pipe(duplex=False)
     try:
-        pool, futures, state, done_bytes = _start(
-            pieces, tasks, min(jobs, len(tasks)), watch, history
-        )
+        pool, futures, state, done_bytes = _start(pieces, tasks, min(jobs, len(tasks)), watch)
     except BaseException:
         alive.close()
         watch.close()
@@ -312,14 +305,14 @@ def fold_in_processes(
             progress.clear()
         alive.close()  # any worker still there leaves
         watch.close()
-    return merge.analysis, merge.problems()
+    return merge.builder, merge.problems()
 
 
-_Started = tuple[ProcessPoolExecutor, dict[Future[Folded], list[int]], Any, Any]
+_Started = tuple[ProcessPoolExecutor, dict[Future[Read], list[int]], Any, Any]
 
 
 def _start(
-    pieces: list[Piece], tasks: list[list[int]], workers: int, watch: Connection, history: bool
+    pieces: list[Piece], tasks: list[list[int]], workers: int, watch: Connection
 ) -> _Started:
     """The pool, its shared state, and every task handed to it; ``NoWorkers`` if it cannot be."""
     pool = None
@@ -338,7 +331,7 @@ def _start(
         )
         # Workers are started here (the tasks come largest first).
         futures = {
-            pool.submit(fold_pieces, [(i, pieces[i]) for i in t], history, _listed(pieces, t)): t
+            pool.submit(read_pieces, [(i, pieces[i]) for i in t], _listed(pieces, t)): t
             for t in tasks
         }
     except (OSError, ImportError) as exc:  # ImportError: a platform without sem_open
@@ -369,8 +362,8 @@ def _died(pieces: Sequence[str]) -> str:
     )
 
 
-def fold_in_ray(files: Sequence[str], *, history: bool = True) -> tuple[CostAnalysis, BadLines]:
-    """The first read of ``files`` as Ray tasks: on the cluster ``RAY_ADDRESS`` names, else
+def read_in_ray(files: Sequence[str]) -> tuple[Builder, BadLines]:
+    """``files`` read as Ray tasks: on the cluster ``RAY_ADDRESS`` names, else
     a local one. The workers open the files by the same paths."""
     ray = _import_ray()
     for path in files:
@@ -385,18 +378,17 @@ def fold_in_ray(files: Sequence[str], *, history: bool = True) -> tuple[CostAnal
     try:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         pieces, tasks = plan(files, cpus)
-        merge = _Merge(pieces, history)
-        remote: Callable[..., Any] = ray.remote(max_retries=0)(fold_pieces).remote
+        merge = _Merge(pieces)
+        remote: Callable[..., Any] = ray.remote(max_retries=0)(read_pieces).remote
         refs = {
-            remote([(i, pieces[i]) for i in task], history, _listed(pieces, task)): task
-            for task in tasks
+            remote([(i, pieces[i]) for i in task], _listed(pieces, task)): task for task in tasks
         }
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             task = refs[ready[0]]
             try:
-                folded = ray.get(ready[0])
+                read = ray.get(ready[0])
             except ray.exceptions.RayTaskError as exc:
                 # A piece that could not be read: the error it met, as --jobs gives it.
                 cause = getattr(exc, "cause", None)
@@ -406,8 +398,8 @@ def fold_in_ray(files: Sequence[str], *, history: bool = True) -> tuple[CostAnal
             except ray.exceptions.RayError as exc:
                 lost = [str(pieces[i]) for i in task]
                 raise WorkerDied(f"{_died(lost)} ({type(exc).__name__})") from None
-            merge.add(task, folded)
-        return merge.analysis, merge.problems()
+            merge.add(task, read)
+        return merge.builder, merge.problems()
     finally:
         if started:
             ray.shutdown()

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from .._errors import RolloutTraceError
 from .._version import __version__
-from . import attempts, cost, demo, report, summary, timeline, validate, watch
+from . import attempts, cost, demo, report, sql, summary, timeline, validate, watch
 from .command import Command
 
 __all__ = ["COMMANDS", "build_parser", "main", "program"]
@@ -24,6 +24,7 @@ COMMANDS: tuple[Command, ...] = (
     timeline.COMMAND,
     report.COMMAND,
     attempts.COMMAND,
+    sql.COMMAND,
     watch.COMMAND,
     demo.COMMAND,
 )

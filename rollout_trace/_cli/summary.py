@@ -8,7 +8,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._analysis.runstats import TABLE_COLUMNS, RunStats, RunSummary
+from .._model.runs import Collector
+from .._model.summary import TABLE_COLUMNS, RunSummary, summarize
+from .._model.traceset import gc_paused
 from .._reading.reader import ReadProblem
 from .command import Command
 from .common import (
@@ -16,7 +18,6 @@ from .common import (
     BadLines,
     add_paths,
     blocks,
-    compare_copies,
     fmt_num,
     fmt_time,
     report_problems,
@@ -33,10 +34,10 @@ examples:
 
 A run read from several files is one run: an event found again in another
 file (two file sinks of one tracer, a copied file) counts once, in read_twice.
-The lines of a seq read more than once are read again and compared: lines of
-one (run_id, seq) that differ (a conflicting copy) are counted in conflicts,
-and each version in events. Bad lines go to standard error, the first few of
-them; rollout-trace validate lists every one.
+Lines of one (run_id, seq) that differ (a conflicting copy) are counted in
+conflicts, and each version in events. Runs are listed in the order of their
+trace_opened times. Bad lines go to standard error, the first few of them;
+rollout-trace validate lists every one.
 """
 
 
@@ -72,8 +73,9 @@ class SetSummary:
 
 
 def collect(paths: list[str]) -> SetSummary:
-    """Run summaries in order of first time, and what was read."""
+    """Run summaries in the run order, and what was read: the set read once."""
     files = trace_files(paths)
+    collector = Collector()
     # Bad lines are charged to their runs once every run is known: one per
     # run and kind is kept, not one per line.
     charges: Counter[tuple[str | None, bool]] = Counter()
@@ -82,45 +84,30 @@ def collect(paths: list[str]) -> SetSummary:
     def charge(p: ReadProblem) -> None:
         charges[p.run_id, p.torn] += 1
         # A line of a run not seen yet may belong to a run seen later.
-        if len(unattributed) < 2 * PROBLEMS_SHOWN and p.run_id not in runs:
+        if len(unattributed) < 2 * PROBLEMS_SHOWN and p.run_id not in collector.runs:
             unattributed.append(p)
 
-    runs: dict[str, RunStats] = {}
     bad = BadLines(then=charge)
     lines = 0
-    for path, events, _ in blocks(files, bad):
-        lines += len(events)
-        for ev in events:
-            stats = runs.get(ev.run_id)
-            if stats is None:
-                stats = runs[ev.run_id] = RunStats(ev.run_id)
-            stats.add(ev, path)
-    _compare_copies(files, runs)
-    out = SetSummary(files=files, runs=[], lines=lines + bad.count, bad=bad)
+    # Millions of small acyclic records: the cyclic collector would walk them
+    # all, again and again, for nothing.
+    with gc_paused():
+        for path, events, _ in blocks(files, bad):
+            lines += len(events)
+            collector.add(events, source=path)
+        runs = summarize(collector)
+    out = SetSummary(files=files, runs=runs, lines=lines + bad.count, bad=bad)
+    by_id = {s.run_id: s for s in runs}
     for (run_id, torn), n in charges.items():
-        stats = runs.get(run_id) if run_id is not None else None
-        if stats is None:
+        summary = by_id.get(run_id) if run_id is not None else None
+        if summary is None:
             out.unattributed += n
         elif torn:
-            stats.torn_lines += n
+            summary.torn_lines += n
         else:
-            stats.invalid_lines += n
-    out.unattributed_first = [p for p in unattributed if p.run_id not in runs][:PROBLEMS_SHOWN]
-    out.runs = sorted((s.summary() for s in runs.values()), key=lambda s: s.first_time)
+            summary.invalid_lines += n
+    out.unattributed_first = [p for p in unattributed if p.run_id not in by_id][:PROBLEMS_SHOWN]
     return out
-
-
-def _compare_copies(files: list[str], runs: dict[str, RunStats]) -> None:
-    """Read the files of the runs with a seq seen twice again; count the versions that differ."""
-    again = {run_id: s.again for run_id, s in runs.items() if s.again is not None}
-    if not again:
-        return
-    wanted = {f for run_id in again for f in runs[run_id].files}
-    found = compare_copies(
-        again, [f for f in files if f in wanted], lambda ev: runs[ev.run_id].add_version(ev)
-    )
-    for run_id, conflicts in found.items():
-        runs[run_id].conflicts = conflicts
 
 
 def _run(args: argparse.Namespace) -> int:

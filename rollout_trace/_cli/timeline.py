@@ -7,7 +7,7 @@ import os
 import sys
 from typing import BinaryIO
 
-from .._analysis.cost import gc_paused
+from .._model.traceset import gc_paused
 from .._timeline.document import write_document
 from .._timeline.merge import Foreign, load_foreign
 from .._timeline.model import Timeline

@@ -27,11 +27,13 @@ examples:
 
 Follows the files as they grow and the files that appear (a folder or glob is
 listed again each time; a torn last line waits for its end) and redraws,
-every --interval seconds (default 2): per run, its last event, how long ago
-that was, the tries in flight now, the tries sealed and sealed per second over
-the last {RATE_WINDOW_S:g} s of its events, its stalls (tries open longer than
---stall-after seconds at its last event, default {DEFAULT_STALL_AFTER:g}); the
-oldest stalls; the restore cost of the last stop. Ctrl-C stops it (exit 0).
+every --interval seconds (default 2): per run, in the run order, its last
+event, how long ago that was, the tries in flight now, the tries sealed and
+sealed per second over the last {RATE_WINDOW_S:g} s of its events, its stalls
+(as report finds them: tries open longer than --stall-after seconds at its
+last event, default {DEFAULT_STALL_AFTER:g}, or open at a clean close no stop
+took up); the oldest stalls; the restore cost of the last stop; the bad lines,
+counted as summary counts them. Ctrl-C stops it (exit 0).
 With --once: one frame, then exit 0, or 1 when it shows a stall.
 """
 
@@ -66,8 +68,8 @@ def frame(view: LiveView, wall_now: float, interval: float | None = None) -> str
     ]
     if not runs:
         out.append("no trace event yet")
-        if view.bad_lines:
-            out.append(f"lines that are no trace event: {view.bad_lines:,}")
+        if view.bad_lines or view.follower.damaged:
+            out.append(_bad_lines(view, damaged=bool(view.follower.damaged)))
         return "\n".join(out)
     stalls = view.stalls()
     stopped = view.stopped()
@@ -128,11 +130,20 @@ def frame(view: LiveView, wall_now: float, interval: float | None = None) -> str
     if twice:
         out.append(f"lines read twice (two sinks or a copy; counted once): {twice:,}")
     if view.bad_lines or view.follower.damaged:
-        out.append(
-            f"lines that are no trace event: {view.bad_lines:,}; gzip files with damaged "
-            f"bytes (skipped to the next member): {view.follower.damaged:,}"
-        )
+        out.append(_bad_lines(view, damaged=True))
     return "\n".join(out)
+
+
+def _bad_lines(view: LiveView, *, damaged: bool) -> str:
+    """The reader's bad lines (as ``summary`` counts them: torn, invalid, gzip damage),
+    and ``damaged``: the gzip files with damaged bytes."""
+    out = f"lines that are no trace event: {view.bad_lines:,}"
+    if damaged:
+        out += (
+            "; gzip files with damaged bytes (skipped to the next member): "
+            f"{view.follower.damaged:,}"
+        )
+    return out
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ from .terms import (
     usable,
 )
 
-__all__ = ["Collector", "RunEvents", "normalize"]
+__all__ = ["Collector", "RunEvents", "normalize", "settle"]
 
 
 class Collector:
@@ -45,21 +45,47 @@ class Collector:
     ordered or compared until ``normalize``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, lines: bool = False) -> None:
         self.files: list[str] = []
         self._file_index: dict[str, int] = {}
         # run id -> (events, the file index of each)
         self.runs: dict[str, tuple[list[Any], array[int]]] = {}
+        # With ``lines``: run id -> the line of each event in its file (-1: not given).
+        self.lines: dict[str, array[int]] | None = {} if lines else None
 
-    def add(self, events: Iterable[Any], source: str | None = None) -> None:
-        """Take a block of events; ``source`` names the file they come from."""
-        if source is None:
-            src = -1
-        else:
-            src = self._file_index.get(source, -1)
-            if src < 0:
-                src = self._file_index[source] = len(self.files)
-                self.files.append(source)
+    def _index(self, source: str) -> int:
+        src = self._file_index.get(source, -1)
+        if src < 0:
+            src = self._file_index[source] = len(self.files)
+            self.files.append(source)
+        return src
+
+    def merge(self, other: Collector) -> None:
+        """Take in what another collector gathered (a worker's): its files keep their names."""
+        remap = [self._index(f) for f in other.files]
+        identity = remap == list(range(len(remap)))
+        for run_id, (evs, srcs) in other.runs.items():
+            held = self.runs.get(run_id)
+            if held is None:
+                held = self.runs[run_id] = ([], array("i"))
+            held[0].extend(evs)
+            held[1].extend(
+                srcs if identity else array("i", [remap[s] if s >= 0 else s for s in srcs])
+            )
+            if self.lines is not None:
+                given = None if other.lines is None else other.lines.get(run_id)
+                mine = self.lines.setdefault(run_id, array("q"))
+                mine.extend(given if given is not None else array("q", [-1]) * len(evs))
+
+    def add(
+        self, events: Iterable[Any], source: str | None = None, lines: Iterable[int] | None = None
+    ) -> None:
+        """Take a block of events; ``source`` names the file they come from, and
+        ``lines`` (kept by a collector made with ``lines=True``) their lines in it."""
+        src = -1 if source is None else self._index(source)
+        if self.lines is not None:
+            self._add_lines(events, src, lines)
+            return
         runs = self.runs
         run_id: str | None = None
         evs: list[Any] = []
@@ -75,6 +101,29 @@ class Collector:
             evs.append(ev)
             srcs.append(src)
 
+    def _add_lines(self, events: Iterable[Any], src: int, lines: Iterable[int] | None) -> None:
+        """``add``, with the line of each event kept too."""
+        assert self.lines is not None
+        runs, kept = self.runs, self.lines
+        pairs = (
+            zip(events, itertools.repeat(-1)) if lines is None else zip(events, lines, strict=True)
+        )
+        run_id: str | None = None
+        evs: list[Any] = []
+        srcs: array[int] = array("i")
+        at: array[int] = array("q")
+        for ev, line in pairs:
+            if ev.run_id != run_id:
+                run_id = ev.run_id
+                held = runs.get(run_id)
+                if held is None:
+                    held = runs[run_id] = ([], array("i"))
+                evs, srcs = held
+                at = kept.setdefault(run_id, array("q"))
+            evs.append(ev)
+            srcs.append(src)
+            at.append(line)
+
 
 class RunEvents:
     """One run after normalize: every kept event, in seq order (versions in theirs).
@@ -83,19 +132,32 @@ class RunEvents:
     and versions alike: the ``read_twice`` note); ``same_file`` and
     ``other_file`` split the copies by where the repeat was (in the file that
     already held the seq, or in another); ``versions`` lists the seqs held by
-    lines that differ; ``unusable`` counts the lines left out for their seq.
-    ``sources`` are the files the run was read from (indices into the set's).
+    lines that differ; ``unusable`` counts the lines left out for their seq,
+    and ``left_out`` holds them: ``(event, file index, line)`` in the order
+    gathered. ``sources`` are the files the run was read from (indices into
+    the set's).
+
+    Where the collector kept lines (``Collector(lines=True)``), ``src`` and
+    ``line`` give, per kept event, the file and line of the first line read
+    that holds it, and ``copies`` each other usable line that holds a kept
+    event: ``(its index, file index, line)``, seqs ascending, each seq's in
+    the order read. Otherwise ``src`` and ``line`` are None and ``copies``
+    empty; a line not given is -1.
     """
 
     __slots__ = (
+        "copies",
         "events",
         "kind",
+        "left_out",
+        "line",
         "other_file",
         "repeats",
         "run_id",
         "same_file",
         "seq",
         "sources",
+        "src",
         "time",
         "unusable",
         "versions",
@@ -113,6 +175,10 @@ class RunEvents:
         self.versions: list[int] = []
         self.unusable = 0
         self.sources: set[int] = set()
+        self.left_out: list[tuple[Any, int, int]] = []
+        self.src: array[int] | None = None
+        self.line: array[int] | None = None
+        self.copies: list[tuple[int, int, int]] = []
 
     def __len__(self) -> int:
         return len(self.events)
@@ -194,11 +260,21 @@ class RunEvents:
         return self.first_of(RESTORE_STARTED), self.first_of(RESTORE_FINISHED)
 
 
-def normalize(run_id: str, events: Sequence[Any], sources: Sequence[int]) -> RunEvents:
-    """One run's lines (any order, copies and versions included) as a ``RunEvents``."""
+def normalize(
+    run_id: str, events: Sequence[Any], sources: Sequence[int], lines: Sequence[int] | None = None
+) -> RunEvents:
+    """One run's lines (any order, copies and versions included) as a ``RunEvents``;
+    ``lines`` (optional) the line of each in its file."""
     out = RunEvents(run_id)
     keep = [i for i, ev in enumerate(events) if usable(ev.seq)]
     out.unusable = len(events) - len(keep)
+    if out.unusable:
+        held = set(keep)
+        out.left_out = [
+            (ev, sources[i], -1 if lines is None else lines[i])
+            for i, ev in enumerate(events)
+            if i not in held
+        ]
     seqs = [events[i].seq for i in keep]
     # The usual case costs a check: lines already in seq order, none repeated.
     if not all(a < b for a, b in itertools.pairwise(seqs)):
@@ -210,6 +286,8 @@ def normalize(run_id: str, events: Sequence[Any], sources: Sequence[int]) -> Run
         out.time.append,
         out.kind.append,
     )
+    # With lines: the index of each kept event's first line.
+    kept: list[int] | None = None if lines is None else []
     n = len(keep)
     j = 0
     while j < n:
@@ -218,30 +296,51 @@ def normalize(run_id: str, events: Sequence[Any], sources: Sequence[int]) -> Run
         k = j + 1
         while k < n and events[keep[k]].seq == seq:
             k += 1
-        if k == j + 1:
-            group = [events[i]]
-        else:
-            group = _settle(
-                out, seq, [events[x] for x in keep[j:k]], [sources[x] for x in keep[j:k]]
-            )
-        for ev in group:
+        group = [i] if k == j + 1 else settle(out, seq, keep[j:k], events, sources, lines)
+        for x in group:
+            ev = events[x]
             ev_in(ev)
             seq_in(seq)
             time_in(ev.time)
             kind_in(kind_of(ev))
+        if kept is not None:
+            kept.extend(group)
         j = k
+    if kept is not None and lines is not None:
+        out.src = array("i", [sources[x] for x in kept])
+        out.line = array("q", [lines[x] for x in kept])
     return out
 
 
-def _settle(out: RunEvents, seq: int, lines: list[Any], srcs: list[int]) -> list[Any]:
-    """The events of lines that share ``seq``: copies once, versions in their order."""
-    out.repeats += len(lines) - 1
-    files = set(srcs)
+def settle(
+    out: RunEvents,
+    seq: int,
+    group: list[int],
+    events: Sequence[Any],
+    sources: Sequence[int],
+    lines: Sequence[int] | None,
+) -> list[int]:
+    """Of the lines ``group`` (indices into ``events``, in the order read) that share
+    ``seq``, those kept: copies once (the first read), versions in their order.
+
+    What it finds is counted on ``out`` (``repeats``, ``same_file``,
+    ``other_file``, ``versions``; ``copies`` with ``lines``, indexed from
+    ``len(out.events)``, where the caller puts the kept ones).
+    """
+    out.repeats += len(group) - 1
+    files = {sources[x] for x in group}
     out.other_file += len(files) - 1
-    out.same_file += len(lines) - len(files)
-    by_code: dict[bytes, Any] = {}
-    for ev in lines:
-        by_code.setdefault(canonical(ev), ev)
-    if len(by_code) > 1:
+    out.same_file += len(group) - len(files)
+    codes = [canonical(events[x]) for x in group]
+    first: dict[bytes, int] = {}
+    for x, code in zip(group, codes, strict=True):
+        first.setdefault(code, x)
+    if len(first) > 1:
         out.versions.append(seq)
-    return [by_code[c] for c in sorted(by_code)]
+    order = sorted(first)
+    if lines is not None:
+        at = {code: len(out.events) + rank for rank, code in enumerate(order)}
+        for x, code in zip(group, codes, strict=True):
+            if first[code] != x:
+                out.copies.append((at[code], sources[x], lines[x]))
+    return [first[c] for c in order]

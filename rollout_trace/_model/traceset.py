@@ -1,4 +1,4 @@
-"""A trace set as one model: ``analyze(paths_or_events)`` gives a ``TraceSet``.
+"""A trace set as one model: ``analyze(paths_or_events)`` gives a ``Model``.
 
 The files are read once (``_reading``), each run normalized (``runs``) and
 passed over once (``tries``); the runs are put in the run order and the stops
@@ -8,20 +8,27 @@ that one model.
 
 from __future__ import annotations
 
+import copy
+import gc
 import os
-from collections.abc import Iterable, Iterator
-from typing import Any, Union
+import pickle
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar, Union
 
 import msgspec
 
-from .._reading.reader import ReadProblem, iter_blocks
+from .._reading.reader import Problems, ReadProblem, iter_blocks
 from .._schema.events import Event
+from .._schema.registry import REGISTRY
 from .runs import Collector, normalize
 from .stops import Note, StopClasses, StopCost, stops_of
 from .terms import OPENED, EndKind
 from .tries import Run
 
-__all__ = ["Source", "TraceSet", "TryRow", "analyze"]
+__all__ = ["Builder", "Model", "Source", "TryRow", "analyze", "gc_paused", "restore_costs"]
+
+M = TypeVar("M", bound="Model")
 
 # Paths (files, globs, folders) or events already decoded.
 Source = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]], Iterable[Any]]
@@ -56,8 +63,8 @@ class TryRow(msgspec.Struct, kw_only=True):
     end: str
 
 
-class TraceSet:
-    """One trace set after analysis.
+class Model:
+    """One trace set after analysis (``rt.TraceSet`` adds what the commands show).
 
     ``runs`` are in the run order; ``stops`` their stops with their figures
     (README: Reference > Restore-cost figures); ``classes`` what each stop did
@@ -74,6 +81,11 @@ class TraceSet:
         self.notes: list[Note]
         self.classes: list[StopClasses | None]
         self.stops, self.notes, self.classes = stops_of(runs, files)
+
+    @property
+    def conflicts(self) -> bool:
+        """Whether lines of one ``(run_id, seq)`` differ somewhere in the set."""
+        return any(run.events.versions for run in self.runs)
 
     def bad_lines(self, run_id: str) -> tuple[int, int]:
         """The lines of a run the reader skipped (read from the raw line): torn, invalid."""
@@ -136,33 +148,136 @@ def _host_of(run: Run) -> tuple[str | None, int | None]:
     return ev.host, ev.pid
 
 
-def analyze(source: Source) -> TraceSet:
+def _event_classes() -> tuple[type[Any], ...]:
+    return tuple(REGISTRY.decodable_types().values())
+
+
+def _msgpack_events() -> Any:
+    """A msgpack decoder of lists of the registered event classes (tagged)."""
+    return REGISTRY.cached(
+        "msgpack-list",
+        lambda: msgspec.msgpack.Decoder(list[Union.__getitem__(_event_classes())]),  # type: ignore[misc]
+    )
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic collector while millions of acyclic records are made."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class Builder:
+    """A trace set gathered a block at a time, in any order of files, runs and
+    lines: ``add`` blocks, ``merge`` another builder (a worker's), ``build``.
+    Nothing is ordered or compared before ``build``."""
+
+    def __init__(self) -> None:
+        self._collector = Collector()
+
+    def add(self, events: Iterable[Any], source: str | None = None) -> None:
+        """Take a block of events; ``source`` names the file they come from."""
+        self._collector.add(events, source)
+
+    def merge(self, other: Builder) -> None:
+        """Take in what another builder gathered."""
+        self._collector.merge(other._collector)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # What a worker hands back: pickling event objects costs some 7 us an
+        # event both ways, msgpack about 0.5. A run holding an event msgpack
+        # cannot carry as its class (a line of an unknown kind, an int past 64
+        # bits) is pickled as it is.
+        state = dict(self.__dict__)
+        collector = copy.copy(self._collector)
+        packed: dict[str, tuple[bytes, Any]] = {}
+        known = set(_event_classes())
+        for run_id, (events, srcs) in collector.runs.items():
+            if all(type(ev) in known for ev in events):
+                try:
+                    packed[run_id] = (msgspec.msgpack.encode(events), srcs)
+                    continue
+                except (OverflowError, TypeError):
+                    pass
+            packed[run_id] = (pickle.dumps((events, srcs), pickle.HIGHEST_PROTOCOL), None)
+        collector.runs = {}
+        state["_collector"] = collector
+        state["_packed"] = packed
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        packed = state.pop("_packed", {})
+        self.__dict__.update(state)
+        runs = self._collector.runs
+        decode = _msgpack_events().decode
+        for run_id, (data, srcs) in packed.items():
+            if srcs is None:
+                events, srcs = pickle.loads(data)
+            else:
+                events = decode(data)
+            runs[run_id] = (events, srcs)
+
+    def build(self, problems: Problems = None, make: type[M] = Model) -> M:  # type: ignore[assignment]
+        """The model of what was gathered; ``problems`` the reader's bad lines
+        (a list is kept on the set for per-run counts)."""
+        collector = self._collector
+        with gc_paused():
+            runs = []
+            for run_id, (events, srcs) in collector.runs.items():
+                run = self._run_of(run_id, events, srcs)
+                if run is not None:
+                    runs.append(run)
+            runs.sort(key=lambda r: r.events.order)
+            for i, run in enumerate(runs):
+                run.index = i
+            return make(collector.files, runs, problems if isinstance(problems, list) else [])
+
+    def _run_of(self, run_id: str, events: Sequence[Any], srcs: Sequence[int]) -> Run | None:
+        """One run's lines normalized and passed over (None: no usable event, so no
+        place in the run order). ``_model.live.GrowingBuilder`` keeps what it gives."""
+        normal = normalize(run_id, events, srcs)
+        if not len(normal):
+            return None
+        files = [self._collector.files[s] for s in dict.fromkeys(srcs) if s >= 0]
+        return Run(normal, files)
+
+
+def analyze(source: Source, problems: Problems = None, make: type[M] = Model) -> M:  # type: ignore[assignment]
     """The model of a trace set: trace files (paths, globs, folders) or events.
 
     Events may come in any order of runs and lines; lines read twice count
     once, and lines of one seq that differ are all kept and noted.
+    ``problems`` takes the lines the reader skips (default: a list kept on
+    the set).
     """
-    problems: list[ReadProblem] = []
-    collector = Collector()
+    if problems is None:
+        problems = []
+    builder = Builder()
     if isinstance(source, (str, os.PathLike)):
         source = [source]
     items = source if isinstance(source, list) else list(source)
     if items and all(isinstance(x, (str, os.PathLike)) for x in items):
-        for path, events, _ in iter_blocks(items, problems):
-            collector.add(events, path)
+        with gc_paused():
+            for path, events, _ in iter_blocks(items, problems):
+                builder.add(events, path)
     else:
         for ev in items:
             if not isinstance(ev, Event) and not hasattr(ev, "run_id"):
                 raise TypeError(f"not a path or an event: {ev!r}")
-        collector.add(items)
-    runs = []
-    for run_id, (events, srcs) in collector.runs.items():
-        normal = normalize(run_id, events, srcs)
-        if not len(normal):
-            continue  # no usable event: no place in the run order
-        files = [collector.files[s] for s in dict.fromkeys(srcs) if s >= 0]
-        runs.append(Run(normal, files))
-    runs.sort(key=lambda r: r.events.order)
-    for i, run in enumerate(runs):
-        run.index = i
-    return TraceSet(collector.files, runs, problems)
+        builder.add(items)
+    return builder.build(problems, make)
+
+
+def restore_costs(events: Iterable[Any]) -> list[StopCost]:
+    """Every stop in ``events`` (one trace set, any layout, any order) with its figures.
+
+    Lines of one ``(run_id, seq)`` read twice count once; lines of one seq
+    that differ (conflicting copies) are all kept, in one order, so the
+    figures are the same in any order too (``analyze(...).notes`` says so).
+    """
+    return analyze(list(events)).stops

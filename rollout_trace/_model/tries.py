@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from itertools import compress
 from typing import Any
 
 import msgspec
@@ -167,33 +168,68 @@ class TryPass:
         """Take the run's events ``start:stop`` (attempt events only do anything)."""
         tries, sib, open_, latest = self.tries, self.sib, self.open, self.latest
         events, seqs, times, kinds = run.events, run.seq, run.time, run.kind
-        for i in range(start, len(kinds) if stop is None else stop):
+        stop = len(kinds) if stop is None else stop
+        # The attempt events only, found in C: most of a run, but not all.
+        where = compress(range(start, stop), kinds[start:stop].translate(_ATTEMPT_FLAGS))
+        # Bound appends: a try is a row of a dozen columns (``Tries.append`` inline).
+        t_p, t_g, t_a = tries.prompt_id.append, tries.generation_index.append, tries.attempt.append
+        t_gid, t_sk, t_ss = tries.group_id.append, tries.start_kind.append, tries.start_seq.append
+        t_st, t_ek, t_es = tries.start_time.append, tries.end_kind.append, tries.end_seq.append
+        t_et, t_r = tries.end_time.append, tries.reason.append
+        t_wv, t_turn = tries.weight_version.append, tries.turn.append
+        end_kind, end_seq, end_time, reason = (
+            tries.end_kind,
+            tries.end_seq,
+            tries.end_time,
+            tries.reason,
+        )
+        last_start, last_seal, resumed = sib.last_start, sib.last_seal, sib.resumed
+        nan = math.nan
+        n = len(tries.attempt)
+        for i in where:
             kind = kinds[i]
-            if not is_attempt(kind):
-                continue
             ev = events[i]
             seq, t = seqs[i], times[i]
-            sibling = (ev.prompt_id, ev.generation_index)
-            key = (ev.prompt_id, ev.generation_index, ev.attempt)
-            if kind in (DISPATCHED, RESUMED):
+            p, g, a = ev.prompt_id, ev.generation_index, ev.attempt
+            key = (p, g, a)
+            if kind <= RESUMED:  # a start
                 j = open_.get(key)
                 if j is not None:
-                    tries.end_kind[j] = EndKind.SUPERSEDED
+                    end_kind[j] = EndKind.SUPERSEDED
                     tries.superseded_at[j] = t
-                j = open_[key] = tries.append(ev, kind, seq, t)
-                sib.last_start[sibling] = j
+                open_[key] = j = n
+                n += 1
+                t_p(p), t_g(g), t_a(a), t_gid(ev.group_id)
+                t_sk(kind), t_ss(seq), t_st(t)
+                t_ek(EndKind.OPEN), t_es(-1), t_et(nan), t_r(None)
+                if kind == DISPATCHED:
+                    t_wv(ev.weight_version), t_turn(None)
+                else:
+                    t_wv(None), t_turn(ev.turn)
+                    resumed.add((p, g))
+                last_start[(p, g)] = j
                 latest[key] = t
-                if kind == RESUMED:
-                    sib.resumed.add(sibling)
                 continue
             j = open_.pop(key, None)
-            if j is None:
-                j = tries.append(ev, kind, seq, t)
+            if j is None:  # an end whose start is not in the run: a try of its own
+                j = n
+                n += 1
+                t_p(p), t_g(g), t_a(a), t_gid(ev.group_id)
+                t_sk(0), t_ss(-1), t_st(nan)
+                t_ek(EndKind.OPEN), t_es(-1), t_et(nan), t_r(None), t_wv(None), t_turn(None)
                 if kind == SEALED:
-                    sib.began[j] = latest.get(key, math.nan)
-            tries.end(j, ev, kind, seq, t)
+                    sib.began[j] = latest.get(key, nan)
+            end_kind[j] = END_OF_KIND[kind]
+            end_seq[j] = seq
+            end_time[j] = t
             if kind == SEALED:
-                sib.last_seal[sibling] = j
+                last_seal[(p, g)] = j
+            else:
+                reason[j] = ev.reason
+
+
+# Kind code -> 1 for the attempt kinds, else 0 (``bytes.translate``).
+_ATTEMPT_FLAGS = bytes(1 if DISPATCHED <= k <= ABANDONED else 0 for k in range(256))
 
 
 def pass_run(run: RunEvents) -> TryPass:

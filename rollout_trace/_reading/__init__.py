@@ -6,6 +6,5 @@ trace files, each once, and says what cannot be read before anything is.
 where a member was cut short by a kill or bytes are damaged. ``reader`` cuts
 each file's text into blocks of whole lines and decodes each block in one
 msgspec call into ``Event``s and ``UnknownEvent``s, reporting every line it
-skips as a ``ReadProblem``. ``lean`` holds twins of the built-in events that the cost
-analysis reads instead, at speed; they never leave ``_analysis``.
+skips as a ``ReadProblem``.
 """

@@ -4,8 +4,8 @@ Lines are decoded a block at a time: msgspec decodes a block of complete lines
 in a single call (``decode_lines``), so the per-line cost is msgspec's and not
 the interpreter's. A block that fails is split in halves until the bad
 lines are isolated, so one bad line costs a few extra decodes, not a slow path
-for the whole file. Whichever decoder a line meets (the block's, real or lean,
-or ``decode_one`` alone), it is read or skipped alike.
+for the whole file. Whichever decoder a line meets (the block's or
+``decode_one`` alone), it is read or skipped alike.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import msgspec
 from .._errors import TraceReadError
 from .._schema.decoding import AnyEvent, bounded, decode_one, decoders
 from .gunzip import MAGIC, Cut, gunzip, is_member
-from .lean import lean_decoder, lean_holds_real_classes
 from .paths import expand_paths
 from .stores import is_url, open_url
 
@@ -142,7 +141,7 @@ class _Source:
     def chunks(self) -> Iterator[bytes | Cut]:
         with open_trace(self.path) as f:
             first = f.read(_CHUNK)
-            if _is_gzip(first, self.path.endswith(".gz")):
+            if is_gzip(first, self.path.endswith(".gz")):
                 yield from gunzip(f, first, self._on_bytes)
                 return
             while first:
@@ -171,7 +170,7 @@ def is_text(path: str) -> bool:
     """
     with open_trace(path, ahead=False) as f:  # an object: its first chunk, no more
         first = f.read(_CHUNK)
-    return not _is_gzip(first, path.endswith(".gz"))
+    return not is_gzip(first, path.endswith(".gz"))
 
 
 def _range_chunks(
@@ -230,10 +229,9 @@ class TextRange:
         problems: Problems = None,
         *,
         on_bytes: Callable[[int], None] | None = None,
-        lean: bool = False,
     ) -> None:
         self.path, self.start, self.end = path, start, end
-        self._lines = _Lines(path, problems, _many(lean))
+        self._lines = LineDecoder(path, problems, block_decoder())
         self._on_bytes = on_bytes
 
     def blocks(self) -> Iterator[tuple[str, list[Any], Sequence[int]]]:
@@ -245,7 +243,7 @@ class TextRange:
         return self._lines.line_no - 1
 
 
-def _is_gzip(first: bytes, named_gz: bool) -> bool:
+def is_gzip(first: bytes, named_gz: bool) -> bool:
     """Whether a file whose first chunk is ``first`` is read as gzip (see ``_Source``)."""
     if first.startswith(_GZIP_MAGIC) and named_gz:
         return True
@@ -283,15 +281,13 @@ def _is_fragment(head: bytes) -> bool:
     return False
 
 
-# A block decoder: one msgspec call for a block of lines (``decode_lines``), and
-# whether its classes leave the envelope to be checked here (real events have
-# defaults).
-_Many = tuple[msgspec.json.Decoder[Any], bool]
+# A block decoder: one msgspec call for a block of lines (``decode_lines``).
+_Many = msgspec.json.Decoder[Any]
 
 
-def _many(lean: bool) -> _Many:
-    """The block decoder of ``iter_blocks``'s ``lean`` or not."""
-    return (lean_decoder(), lean_holds_real_classes()) if lean else (decoders()[0], True)
+def block_decoder() -> _Many:
+    """The decoder of a block of lines, into the registered classes."""
+    return decoders()[0]
 
 
 def _whole(line: bytes | memoryview) -> bool:
@@ -343,16 +339,15 @@ def _decode_many(text: bytes | memoryview, count: int, many: _Many) -> list[AnyE
     skipped whatever lines it shares a block with. That each line gave one
     event the caller checks (``_unsplit``).
     """
-    decoder, check = many
     try:
-        events: list[AnyEvent] = decoder.decode_lines(text)
+        events: list[AnyEvent] = many.decode_lines(text)
     except (msgspec.DecodeError, RecursionError):  # nested too deep: read line by line
         return None
     # An empty line gives no event, and an object across two lines one for two.
     if len(events) != count:
         return None
     # What `envelope_problem` asks, over the whole block at once.
-    if check and (
+    if (
         min(map(_get_seq, events)) < 0
         or not min(map(_get_time, events)) > 0.0
         or not all(map(_get_run_id, events))
@@ -435,25 +430,21 @@ def iter_blocks(
     problems: Problems = None,
     *,
     on_bytes: Callable[[int], None] | None = None,
-    lean: bool = False,
     listed: bool = False,
 ) -> Iterator[tuple[str, list[Any], Sequence[int]]]:
     """Blocks of ``(file, events, line numbers)``, in file order.
 
     The building block of ``read`` and of the command line, which handle a
     block at a time to keep per-event overhead low. ``on_bytes`` is told how
-    many raw bytes were consumed, for progress display. ``lean`` decodes the
-    built-in events into their twins in ``lean`` (for the cost analysis);
-    lines in a block with a bad line, and a line that spans two reads, may
-    come as real events instead. Which lines are read is the same either way.
+    many raw bytes were consumed, for progress display.
     ``listed``: ``paths`` are ``expand_paths``'s, read as named, not listed again.
     """
-    many = _many(lean)
+    many = block_decoder()
     for path in cast("list[str]", paths) if listed else expand_paths(paths):
-        yield from _Lines(path, problems, many).read(_Source(path, on_bytes).chunks())
+        yield from LineDecoder(path, problems, many).read(_Source(path, on_bytes).chunks())
 
 
-class _Lines:
+class LineDecoder:
     """Cuts a file's text into lines and decodes them a block at a time.
 
     A line is held as the pieces it arrived in and joined once, so a long

@@ -11,7 +11,8 @@ An attempt is one try of a sibling in one run (see the model's docstring).
   where it was sealed or where its restore chain ends. A lag is the version of
   the run's latest ``weights_synced`` before the step minus the try's
   dispatch ``weight_version``; ``unknown`` when either is missing.
-- **Stalls**: an attempt started in the run and still open at its last event,
+- **Stalls**: an attempt open at its run's last event (``Attempt.open``: not
+  superseded by a later start of its attempt),
   open longer than ``stall_after`` seconds then (``open_too_long``); or open in
   a run that closed cleanly (``trace_closed``) with no stop that resumed or
   restarted it: a phantom "in flight" (``open_at_close``), whatever its age.
@@ -152,7 +153,7 @@ def spread(values: Iterable[float]) -> Spread:
 def report_of(
     tl: Timeline, stall_after: float = DEFAULT_STALL_AFTER, bad_lines: int = 0
 ) -> HealthReport:
-    """The health report of a timeline (``_timeline.fold.TimelineFold``)."""
+    """The health report of a timeline (``_timeline.model.timeline_of``)."""
     lineage = Lineage(tl)
     runs = []
     attempts: Counter[str] = Counter()
@@ -264,7 +265,7 @@ def _run_report(
         attempts={k: outcomes.get(k, 0) for k in OUTCOMES},
         tries={k: tries.get(k, 0) for k in TRIES_COLUMNS},
         duration_s=spread(values.durations),
-        stalls=_stalls(run, stall_after),
+        stalls=stalls_of(run, stall_after),
         staleness=Staleness(
             attempts=overall.count,
             unknown=sum(u for _, _, u in per_step),
@@ -317,10 +318,10 @@ def stall_kind(open_s: float, at_clean_close: bool, stall_after: float) -> str |
     return None
 
 
-def _stalls(run: RunLine, stall_after: float) -> list[Stall]:
+def stalls_of(run: RunLine, stall_after: float) -> list[Stall]:
     found = []
     for a in run.attempts:
-        if not a.started or a.end_seq >= 0:
+        if not a.open:
             continue
         open_s = run.last_time - a.start
         kind = stall_kind(open_s, run.closed and a.fate is None, stall_after)

@@ -1,15 +1,25 @@
 """What ``rollout-trace watch`` shows of a trace set that is still being written.
 
 ``Follower`` reads what files (and files that appear) have gained since the
-last look: a plain file from where it stopped, complete lines only (a torn
-last line waits for its end); a gzip file member by member as the writes
-come (``gunzip.Members``), a member not yet whole as far as it is written.
-``LiveView`` folds each event in as it comes: per run, its tries open now,
-its seals, its last event; every event goes to a ``CostAnalysis`` too, for
-the figures of the last stop. An object store's objects (``s3://``) are
-followed alike, by their size, etag and first bytes, what is new read in a
-range. A line read twice (two sinks, a file copied)
-counts once: each run's seqs are kept as ranges (``SeqSet``).
+last look: a plain file from where it stopped, a gzip file member by member
+as the writes come (``gunzip.Members``), a member not yet whole as far as it
+is written. An object store's objects (``s3://``) are followed alike, by
+their size, etag and first bytes, what is new read in a range. A file is
+gzip or text as the reader tells (``reader.is_gzip``), and its text is cut
+into lines and decoded by the reader's own ``LineDecoder``: a line is read or
+skipped, and a bad line counted (torn, invalid, gzip damage), as every other
+command reads it. The one difference is the end of a file, which may still
+be written: a last line with no newline, and a gzip member not yet whole,
+wait for the rest; damage in the last member is said as soon as it is found.
+
+``LiveView`` answers from the model of the runs it follows
+(``_model.live.GrowingBuilder``, fed every new event): runs in the run order,
+per run its events, host and pid, last event, tries open now, seals, and
+its stalls by ``report``'s own rule (``health``, on the run's
+``_timeline.model`` line); the stops and the last one's figures. A build
+costs the runs that grew, and a run's figures are read off again only when
+it was built again or a stop changed what it did to its tries. A line read
+twice (two sinks, a file copied) counts once (``_model.runs.normalize``).
 
 Times are the trace's own: the rate of seals is over the last minute of the
 run's events, and a try's age is up to its run's last event, so a trace
@@ -20,36 +30,30 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .._analysis.cost import CostAnalysis
-from .._analysis.figures import StopCost
-from .._analysis.seqs import SeqSet
 from .._errors import TraceReadError
-from .._reading.gunzip import Cut, Members
+from .._model.live import GrowingBuilder
+from .._model.stops import StopCost
+from .._model.traceset import Model, gc_paused
+from .._model.tries import Run
+from .._reading.gunzip import MAGIC, Cut, Members
 from .._reading.paths import expand_paths
+from .._reading.reader import LineDecoder, ReadProblem, block_decoder, is_gzip
 from .._reading.stores import NothingThere, is_url, open_url, url_key
-from .._schema.decoding import decode_one
-from .._schema.events import (
-    AttemptAbandoned,
-    AttemptDispatched,
-    AttemptRefused,
-    AttemptResumed,
-    AttemptSealed,
-    TraceClosed,
-    TraceOpened,
-)
-from .health import stall_kind
+from .._timeline.model import Attempt, run_line
+from .health import Stall, stalls_of
 
-__all__ = ["Follower", "LiveRun", "LiveView", "RATE_WINDOW_S"]
+__all__ = ["Follower", "LiveRun", "LiveStall", "LiveView", "RATE_WINDOW_S"]
 
 # Seals per second are counted over this much of a run's latest events.
 RATE_WINDOW_S = 60.0
+# Text is decoded this much at a time (the reader's chunk).
 _CHUNK = 1 << 20
-_STARTS = (AttemptDispatched, AttemptResumed)
-_ENDS = (AttemptSealed, AttemptAbandoned, AttemptRefused)
+# Bad lines kept to show, beyond their count.
+_PROBLEMS_KEPT = 5
 
 
 @dataclass
@@ -58,31 +62,61 @@ class _File:
     head: bytes = b""  # its first bytes: a file cut short and written again starts over
     offset: int = 0  # bytes taken from the file
     size: int = -1  # its size at the last look
-    pending: bytes = b""  # a torn last line, so far
+    pending: bytes = b""  # ``lines``: a torn last line, so far
+    # Gzip or text, as the reader tells by its first bytes (None: not yet told;
+    # told at the first look that sees more than the start of gzip's magic).
+    gzip: bool | None = None
+    undecided: bytes = b""  # the first bytes, while too few to tell
     members: Members | None = None  # a gzip file's walk, member by member
     damaged: bool = False  # gzip damage was skipped in it
+    said: bool = False  # damage under way was said before the walk's Cut for it came
+    lines: LineDecoder | None = None  # ``blocks``: the reader's lines of its text
     etag: str | None = None  # an object's etag at the last look
 
 
 # Bytes compared at the head of a file to tell it is still the same one.
 _HEAD = 256
 
+Problems = Callable[[ReadProblem], None]
+
+
+def _damage_under_way(members: Members) -> Cut | None:
+    """The Cut the walk will give for the bytes it is skipping now, if they are
+    damage for sure: corrupt deflate data, or bytes that are no gzip and no
+    zeros. The walk says so only at the next member or the end of the file,
+    which a file still being written may not reach for long. (Zeros wait: at
+    the end of a file they are a crash's padding, and no bad line.)"""
+    why = members._skip
+    if why:
+        return Cut(
+            f"corrupt gzip data from byte {members._start:,} ({why}); read on at the next member",
+            torn=False,
+        )
+    if why == "" and not members._zeros:
+        return Cut(f"bytes from byte {members._start:,} are not gzip data", torn=False)
+    return None
+
 
 class Follower:
-    """New complete lines of the files ``paths`` name, each time ``lines`` is called.
+    """What the files ``paths`` name gained since the last look, each time
+    ``blocks`` (decoded, as the reader decodes) or ``lines`` (raw complete
+    lines) is called; a Follower is read by one of them only.
 
     A path that names no file yet (a glob, an empty folder) is looked at again
     each time; a file that is not there at the first look is an error. A file
     replaced at its path (rotated, or cut short and written again) is read
     from its start. ``damaged`` counts the gzip files with damaged bytes,
-    which are skipped up to the next member.
+    which are skipped up to the next member. ``problems`` is told of every
+    line ``blocks`` skips.
     """
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], problems: Problems | None = None) -> None:
         self.paths = list(paths)
         self.files: dict[str, _File] = {}
         self.damaged = 0
+        self.problems = problems
         self._first = True
+        self._many = block_decoder()
 
     def _names(self) -> list[str]:
         out: dict[str, str] = {}
@@ -107,7 +141,40 @@ class Follower:
         self._first = False
         return list(out.values())
 
+    def blocks(self) -> Iterator[tuple[str, list[Any], Sequence[int]]]:
+        """``(file, events, line numbers)`` of the complete lines written since the
+        last look, decoded as ``reader.iter_blocks`` decodes them; the lines it
+        skips go to ``problems``."""
+        for name, state, piece in self._pieces():
+            if state.lines is None:
+                state.lines = LineDecoder(name, self.problems, self._many)
+            if isinstance(piece, Cut):
+                yield from state.lines._cut(piece.reason, torn=piece.torn)
+                continue
+            if len(piece) <= _CHUNK:
+                yield from state.lines._chunk(piece)
+                continue
+            for at in range(0, len(piece), _CHUNK):
+                yield from state.lines._chunk(piece[at : at + _CHUNK])
+
     def lines(self) -> Iterator[bytes]:
+        """The complete lines written since the last look, as they are (a line
+        under way where gzip breaks comes as far as it got)."""
+        for _, state, piece in self._pieces():
+            if isinstance(piece, Cut):
+                # The line under way ends here, whole or cut (a kill, damage):
+                # the next member's lines do not go on it.
+                if state.pending:
+                    yield state.pending
+                    state.pending = b""
+                continue
+            text = state.pending + piece
+            cut = text.rfind(b"\n") + 1
+            state.pending = text[cut:]
+            yield from text[:cut].splitlines()
+
+    def _pieces(self) -> Iterator[tuple[str, _File, bytes | Cut]]:
+        """Per file that grew: its new text, and a ``Cut`` where gzip breaks."""
         for name in self._names():
             try:
                 got = self._object(name) if is_url(name) else self._file(name)
@@ -119,13 +186,35 @@ class Follower:
                 continue
             state, data = got
             state.offset += len(data)
-            if name.endswith(".gz"):
-                yield from self._gzip_lines(state, data)
+            if state.gzip is None:
+                data = state.undecided + data
+                if MAGIC.startswith(data):
+                    state.undecided = data  # gzip's magic, maybe: too few bytes to tell
+                    continue
+                state.undecided = b""
+                state.gzip = is_gzip(data[:_CHUNK], name.endswith(".gz"))
+            if not state.gzip:
+                yield name, state, data
                 continue
-            data = state.pending + data
-            cut = data.rfind(b"\n") + 1
-            state.pending = data[cut:]
-            yield from data[:cut].splitlines()
+            if state.members is None:
+                state.members = Members()
+            for piece in state.members.feed(data):
+                if isinstance(piece, Cut):
+                    if not piece.torn and state.said:
+                        state.said = False  # the damage said already, when it was found
+                        continue
+                    self._cut(state, piece)
+                yield name, state, piece
+            early = None if state.said else _damage_under_way(state.members)
+            if early is not None:
+                state.said = True
+                self._cut(state, early)
+                yield name, state, early
+
+    def _cut(self, state: _File, cut: Cut) -> None:
+        if not cut.torn and not state.damaged:
+            state.damaged = True
+            self.damaged += 1
 
     def _file(self, name: str) -> tuple[_File, bytes] | None:
         """The state of the file ``name`` and its bytes since the last look, if it grew.
@@ -201,87 +290,105 @@ class Follower:
         state.size = size
         return state, data
 
-    def _gzip_lines(self, state: _File, data: bytes) -> Iterator[bytes]:
-        """The complete lines that new gzip bytes inflate to."""
-        if state.members is None:
-            state.members = Members()
-        for piece in state.members.feed(data):
-            if isinstance(piece, Cut):
-                # The line under way ends here, whole or cut (a kill, damage):
-                # the next member's lines do not go on it.
-                if state.pending:
-                    yield state.pending
-                    state.pending = b""
-                if not piece.torn and not state.damaged:
-                    state.damaged = True
-                    self.damaged += 1
-                continue
-            text = state.pending + piece
-            cut = text.rfind(b"\n") + 1
-            state.pending = text[cut:]
-            yield from text[:cut].splitlines()
-
 
 @dataclass
+class _Figures:
+    """What the view shows of one run, read off its model once per build of it."""
+
+    run: Run
+    fates: dict[int, tuple[str, int]]  # what the stops did to its tries (try index ->)
+    host: str | None
+    pid: int | None
+    first_time: float
+    last_time: float
+    closed: bool
+    seals: list[float]  # the end time of each sealed try
+    sealed_per_s: float  # over the last RATE_WINDOW_S of its events
+    open: list[tuple[tuple[Any, int, int], float]]  # each open try: its key, its start
+    stalls: list[Stall]  # as ``report`` finds them, oldest first
+
+
+def _figures(run: Run, fates: dict[int, tuple[str, int]], stall_after: float) -> _Figures:
+    """One run's figures, from its line as ``timeline_of`` draws it and ``report`` reads it."""
+    line = run_line(run, {(run.index, i): f for i, f in fates.items()})
+    seals = [a.end for a in line.attempts if a.outcome == "sealed"]
+    since = line.last_time - RATE_WINDOW_S
+    span = min(RATE_WINDOW_S, max(line.last_time - line.first_time, 1.0))
+    return _Figures(
+        run=run,
+        fates=fates,
+        host=line.host,
+        pid=line.pid,
+        first_time=line.first_time,
+        last_time=line.last_time,
+        closed=line.closed,
+        seals=seals,
+        sealed_per_s=sum(1 for t in seals if t > since) / span,
+        open=[(_key(a), a.start) for a in line.attempts if a.open],
+        stalls=stalls_of(line, stall_after),
+    )
+
+
+def _key(a: Attempt) -> tuple[Any, int, int]:
+    return (a.prompt_id, a.generation_index, a.attempt)
+
+
 class LiveRun:
-    """One run as the view sees it: its tries open now, its seals, its last event.
+    """One run as the view sees it now: each figure is read off the view's model
+    when it is asked for, so a run got before a poll shows what the poll added."""
 
-    Every event is folded in, a line read twice too, in a way that gives the
-    same state in any order (the least or the greatest of what the copies say).
-    """
+    def __init__(self, view: LiveView, run_id: str) -> None:
+        self.view = view
+        self.run_id = run_id
 
-    run_id: str
-    host: str | None = None
-    pid: int | None = None
-    opened_seq: int = -1
-    first_time: float = float("inf")
-    last_time: float = float("-inf")
-    closed: bool = False
-    read_twice: int = 0  # lines whose seq was seen already
-    # (prompt_id, generation_index, attempt) -> [start seq, start time, end seq]
-    tries: dict[tuple[Any, int, int], list[Any]] = field(default_factory=dict)
-    seals: dict[int, float] = field(default_factory=dict)  # seq -> time
-    seqs: SeqSet = field(default_factory=SeqSet)
+    @property
+    def _f(self) -> _Figures:
+        return self.view._figures_of(self.run_id)
 
     @property
     def events(self) -> int:
-        return self.seqs.count
+        """Its events: a line read twice once, each version of a seq whose lines differ."""
+        return len(self._f.run.events)
 
-    def add(self, ev: Any) -> None:
-        if not self.seqs.add(ev.seq):
-            self.read_twice += 1
-        t = ev.time
-        self.first_time = min(self.first_time, t)
-        self.last_time = max(self.last_time, t)
-        if isinstance(ev, TraceOpened):
-            if self.opened_seq < 0 or (ev.seq, repr((ev.host, ev.pid))) < (
-                self.opened_seq,
-                repr((self.host, self.pid)),
-            ):
-                self.opened_seq, self.host, self.pid = ev.seq, ev.host, ev.pid
-        elif isinstance(ev, TraceClosed):
-            self.closed = True
-        elif isinstance(ev, (*_STARTS, *_ENDS)):
-            key = (ev.prompt_id, ev.generation_index, ev.attempt)
-            held = self.tries.get(key)
-            if held is None:
-                held = self.tries[key] = [-1, t, -1]
-            if isinstance(ev, _STARTS):
-                if ev.seq > held[0] or (ev.seq == held[0] and t < held[1]):
-                    held[0], held[1] = ev.seq, t
-            else:
-                held[2] = max(held[2], ev.seq)
-                if isinstance(ev, AttemptSealed):
-                    self.seals[ev.seq] = min(t, self.seals.get(ev.seq, t))
+    @property
+    def read_twice(self) -> int:
+        """Its lines beyond the first of their seq (``RunEvents.repeats``)."""
+        return self._f.run.events.repeats
+
+    @property
+    def host(self) -> str | None:
+        return self._f.host
+
+    @property
+    def pid(self) -> int | None:
+        return self._f.pid
+
+    @property
+    def first_time(self) -> float:
+        return self._f.first_time
+
+    @property
+    def last_time(self) -> float:
+        """The time of its last event (by seq), as ``report`` has it."""
+        return self._f.last_time
+
+    @property
+    def closed(self) -> bool:
+        return self._f.closed
+
+    @property
+    def seals(self) -> list[float]:
+        return self._f.seals
 
     def open_tries(self) -> list[tuple[tuple[Any, int, int], float]]:
-        """Each try started and not ended after its start: its key and start time."""
-        return [(k, v[1]) for k, v in self.tries.items() if v[0] >= 0 and v[2] < v[0]]
+        """Each try open at its last event (``terms``: not ended, not started again):
+        its key and start time."""
+        return self._f.open
 
     def sealed_per_s(self) -> float:
-        since = self.last_time - RATE_WINDOW_S
-        span = min(RATE_WINDOW_S, max(self.last_time - self.first_time, 1.0))
-        return sum(1 for t in self.seals.values() if t > since) / span
+        """Seals per second over the last ``RATE_WINDOW_S`` of its events (over its
+        span, at least 1 s, when that is shorter)."""
+        return self._f.sealed_per_s
 
 
 @dataclass
@@ -292,75 +399,104 @@ class LiveStall:
     kind: str  # open_too_long | open_at_close, as ``report`` says them
 
 
-# Events folded into the cost analysis at a time.
-_BLOCK = 8192
-
-
 class LiveView:
-    """Every run seen so far, and the restore cost of the stops among them."""
+    """Every run seen so far, and the stops among them, from the model of the set."""
 
     def __init__(self, paths: Sequence[str], stall_after: float) -> None:
-        self.follower = Follower(paths)
         self.stall_after = stall_after
-        self.runs: dict[str, LiveRun] = {}
-        self.cost = CostAnalysis()
+        # The reader's bad lines: how many, how many of them torn, the first few.
         self.bad_lines = 0
-        self._stops: list[StopCost] | None = []
+        self.torn_lines = 0
+        self.problems: list[ReadProblem] = []
+        self.follower = Follower(paths, self._problem)
+        self.model = GrowingBuilder()
+        self._set: Model | None = None
+        self._figures: dict[str, _Figures] = {}
+        self._handles: dict[str, LiveRun] = {}
+
+    def _problem(self, p: ReadProblem) -> None:
+        self.bad_lines += 1
+        self.torn_lines += p.torn
+        if len(self.problems) < _PROBLEMS_KEPT:
+            self.problems.append(p)
 
     def poll(self) -> int:
-        """Read and fold what was written since the last poll; the new lines."""
-        block: list[Any] = []
+        """Read what was written since the last poll into the model; the new events."""
         n = 0
-        for raw in self.follower.lines():
-            if not raw.strip():
-                continue
-            ev, _ = decode_one(raw)
-            if ev is None:
-                self.bad_lines += 1
-                continue
-            run = self.runs.get(ev.run_id)
-            if run is None:
-                run = self.runs[ev.run_id] = LiveRun(ev.run_id)
-            run.add(ev)
-            block.append(ev)
-            if len(block) >= _BLOCK:
-                n += self._fold(block)
-                block = []
-        return n + self._fold(block)
+        with gc_paused():
+            for name, events, _ in self.follower.blocks():
+                self.model.add(events, name)
+                n += len(events)
+        if n:
+            self._set = None  # built again when asked
+        return n
 
-    def _fold(self, block: list[Any]) -> int:
-        if block:
-            self.cost.add(block)
-            self._stops = None  # computed again when asked
-        return len(block)
+    @property
+    def trace_set(self) -> Model:
+        """The model of what was read so far (built again only after a poll read more)."""
+        if self._set is None:
+            with gc_paused():
+                ts: Model = self.model.build()
+                self._set = ts
+                self._refresh(ts)
+        return self._set
+
+    def _refresh(self, ts: Model) -> None:
+        """Read again the figures of the runs that were built again, or whose tries
+        a stop now does something else to."""
+        fates: dict[int, dict[int, tuple[str, int]]] = {r.index: {} for r in ts.runs}
+        by_id = {r.run_id: r for r in ts.runs}
+        # As ``timeline_of`` gives each try its fate.
+        for number, (cost, cls) in enumerate(zip(ts.stops, ts.classes, strict=True), 1):
+            if cls is not None and cost.stopped_run is not None:
+                a = by_id[cost.stopped_run]
+                for i, fate in cls.fates():
+                    fates[a.index][i] = (fate, number)
+        for run in ts.runs:
+            held = self._figures.get(run.run_id)
+            mine = fates[run.index]
+            if held is None or held.run is not run or held.fates != mine:
+                self._figures[run.run_id] = _figures(run, mine, self.stall_after)
+
+    def _figures_of(self, run_id: str) -> _Figures:
+        self.trace_set  # noqa: B018 - built, if it is not
+        return self._figures[run_id]
+
+    def _handle(self, run_id: str) -> LiveRun:
+        h = self._handles.get(run_id)
+        if h is None:
+            h = self._handles[run_id] = LiveRun(self, run_id)
+        return h
+
+    @property
+    def runs(self) -> dict[str, LiveRun]:
+        """The runs by id, in the run order."""
+        return {r.run_id: self._handle(r.run_id) for r in self.trace_set.runs}
+
+    def ordered(self) -> list[LiveRun]:
+        """The runs in the run order (``terms``), as every command lists them."""
+        return [self._handle(r.run_id) for r in self.trace_set.runs]
 
     def stops(self) -> list[StopCost]:
-        if self._stops is None:
-            self._stops = self.cost.stops()
-        return self._stops
+        return self.trace_set.stops
 
     def stopped(self) -> set[str]:
         return {s.stopped_run for s in self.stops() if s.stopped_run is not None}
-
-    def ordered(self) -> list[LiveRun]:
-        return sorted(self.runs.values(), key=lambda r: (r.first_time, r.run_id))
 
     def in_flight(self, run: LiveRun) -> int:
         """Tries open now: none in a run a later run was restored from."""
         return 0 if run.run_id in self.stopped() else len(run.open_tries())
 
     def stalls(self) -> list[LiveStall]:
-        """As ``report`` finds them: open too long at the run's last event, or open
-        at a clean close that no stop followed. Oldest first."""
-        stopped = self.stopped()
-        found = []
-        for run in self.runs.values():
-            for key, started in run.open_tries():
-                open_s = run.last_time - started
-                at_close = run.closed and run.run_id not in stopped
-                kind = stall_kind(open_s, at_close, self.stall_after)
-                if kind is not None:
-                    found.append(LiveStall(run, key, open_s, kind))
+        """As ``report`` finds them (``health``): open longer than ``stall_after`` at
+        the run's last event, or open at a clean close that no stop took up.
+        Oldest first; equal ages in the run order."""
+        found = [
+            LiveStall(self._handle(run.run_id), (s.prompt_id, s.generation_index, s.attempt),
+                      s.open_s, s.kind)
+            for run in self.trace_set.runs
+            for s in self._figures[run.run_id].stalls
+        ]  # fmt: skip
         found.sort(key=lambda s: -s.open_s)
         return found
 

@@ -9,16 +9,31 @@ run. Written as CSV (the standard library) or Parquet (pyarrow, the optional
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any, BinaryIO
 
 import msgspec
 
 from .._errors import RolloutTraceError
+from .._model import terms
+from .._model.stops import FIGURES
+from .._model.traceset import Model
+from .._schema.decoding import UnknownEvent
 from .._timeline.lineage import Lineage
 from .._timeline.model import Timeline
 
-__all__ = ["AttemptRow", "COLUMNS", "rows_of", "write_csv", "write_parquet"]
+__all__ = [
+    "AttemptRow",
+    "COLUMNS",
+    "events_table",
+    "rows_of",
+    "runs_table",
+    "steps_table",
+    "stops_table",
+    "tries_table",
+    "write_csv",
+    "write_parquet",
+]
 
 
 class AttemptRow(msgspec.Struct, kw_only=True):
@@ -147,26 +162,26 @@ def write_csv(rows: Iterator[AttemptRow], out: IO[str]) -> int:
     return len(held)
 
 
-# Rows per Parquet row group, built and written at a time.
-_GROUP = 65_536
+def _pyarrow() -> Any:
+    try:
+        import pyarrow as pa
+    except ImportError as exc:
+        raise RolloutTraceError(
+            "Arrow tables and Parquet need pyarrow: pip install 'rollout-trace[parquet]' "
+            "(attempts can be written as .csv, which needs nothing more)"
+        ) from exc
+    return pa
 
 
-def write_parquet(rows: Iterator[AttemptRow], out: BinaryIO) -> int:
-    """Write the rows as Parquet to the binary file ``out``; the rows written.
+def tries_table(rows: Iterable[AttemptRow], open_: list[bool] | None = None) -> Any:
+    """The rows as a ``pyarrow.Table`` of the ``COLUMNS`` (and ``open``, one flag
+    a row, when given: the try is open at its run's last event).
 
     Each column of ints is int64 when every value fits, a string column when
     every value is a str, and else a string column of each value's JSON text
-    (``_kinds``). Parquet holds one type a column, so the rows are looked at
-    first.
+    (``_kinds``): Arrow holds one type a column, so the rows are looked at first.
     """
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError as exc:
-        raise RolloutTraceError(
-            "writing Parquet needs pyarrow: pip install 'rollout-trace[parquet]' "
-            "(or write .csv, which needs nothing more)"
-        ) from exc
+    pa = _pyarrow()
     held = list(rows)
     kinds = _kinds(held)
     types = {"run": pa.int32(), "stop": pa.int32()}
@@ -175,14 +190,185 @@ def write_parquet(rows: Iterator[AttemptRow], out: BinaryIO) -> int:
     for name, kind in kinds.items():
         types[name] = pa.int64() if kind == "int" else pa.string()
     schema = pa.schema([(name, types.get(name, pa.string())) for name in COLUMNS])
-    with pq.ParquetWriter(out, schema) as writer:
-        for i in range(0, max(len(held), 1), _GROUP):
-            columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-            for row in held[i : i + _GROUP]:
-                for name, value in zip(COLUMNS, msgspec.structs.astuple(row), strict=True):
-                    columns[name].append(value)
-            for name, kind in kinds.items():
-                if kind == "json":
-                    columns[name] = _as_text(columns[name])
-            writer.write_table(pa.table(columns, schema=schema))
-    return len(held)
+    columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    for row in held:
+        for name, value in zip(COLUMNS, msgspec.structs.astuple(row), strict=True):
+            columns[name].append(value)
+    for name, kind in kinds.items():
+        if kind == "json":
+            columns[name] = _as_text(columns[name])
+    if open_ is not None:
+        schema = schema.append(pa.field("open", pa.bool_()))
+        columns["open"] = open_
+    return pa.table(columns, schema=schema)
+
+
+def write_parquet(rows: Iterator[AttemptRow], out: BinaryIO) -> int:
+    """Write the rows (``tries_table``) as Parquet to the binary file ``out``; the rows written."""
+    table = tries_table(rows)
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, out)
+    return int(table.num_rows)
+
+
+# --- the model's other tables, for the user's own questions (``rollout-trace sql``) ------
+
+
+def _ids(values: list[Any]) -> tuple[list[Any], str]:
+    """A column of ids as Arrow holds it: ints, strs, or (mixed) each one's JSON text."""
+    if all(v is None or (type(v) is int and v in _INT64) for v in values):
+        return values, "int"
+    if all(v is None or type(v) is str for v in values):
+        return values, "str"
+    return _as_text(values), "str"
+
+
+def events_table(ts: Model) -> Any:
+    """Every event of the set, run by run in the run order, each run's in seq order:
+    the envelope, the event's name, the fields most queries look at (null where an
+    event has none) and ``fields``, the JSON text of all of its fields."""
+    pa = _pyarrow()
+    names = ("run", "run_id", "seq", "time", "event")
+    common = ("group_id", "prompt_id", "generation_index", "attempt", "weight_version", "step")
+    text = ("path", "reason")
+    cols: dict[str, list[Any]] = {n: [] for n in (*names, *common, *text, "fields")}
+    for run in ts.runs:
+        ev = run.events
+        for i, e in enumerate(ev.events):
+            fields = _fields(e)
+            cols["run"].append(run.index + 1)
+            cols["run_id"].append(run.run_id)
+            cols["seq"].append(ev.seq[i])
+            cols["time"].append(ev.time[i])
+            cols["event"].append(_name(e))
+            for n in (*common, *text):
+                cols[n].append(fields.get(n))
+            cols["fields"].append(msgspec.json.encode(fields).decode())
+    types: dict[str, Any] = {"run": pa.int32(), "seq": pa.int64(), "time": pa.float64()}
+    for n in common:
+        cols[n], kind = _ids(cols[n])
+        types[n] = pa.int64() if kind == "int" else pa.string()
+    for n in text:
+        cols[n] = [v if v is None or type(v) is str else str(v) for v in cols[n]]
+    return pa.table(cols, schema=pa.schema([(n, types.get(n, pa.string())) for n in cols]))
+
+
+def stops_table(ts: Model) -> Any:
+    """One row per stop (``stop``: its number), its runs, path and figures (README:
+    Reference > Restore-cost figures); ``reasons`` the JSON text of why a figure is null."""
+    pa = _pyarrow()
+    rows = []
+    for number, cost in enumerate(ts.stops, 1):
+        row: dict[str, Any] = {"stop": number, **cost.to_dict()}
+        row["restore_path"] = cost.restore_path
+        row["captured_from"] = cost.captured_from
+        row["reasons"] = msgspec.json.encode(cost.reasons).decode()
+        rows.append(row)
+    ints = {"stop", "restored_step", "in_flight", "resumed", "restarted", "redone", "lost_steps"}
+    strs = {"stopped_run", "restored_run", "restore_path", "captured_from", "reasons"}
+    names = ["stop", "stopped_run", "restored_run", *FIGURES, "restore_path", "captured_from"]
+    names.append("reasons")
+    schema = pa.schema(
+        [
+            (n, pa.int64() if n in ints else pa.string() if n in strs else pa.float64())
+            for n in names
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def steps_table(ts: Model) -> Any:
+    """One row per ``step_trained``: its run, seq, time, step and groups, and
+    ``weight_version``, that of the run's latest ``weights_synced`` before it (null: none)."""
+    pa = _pyarrow()
+    rows = []
+    for run in ts.runs:
+        ev = run.events
+        version = None
+        for i, k in enumerate(ev.kind):
+            if k == terms.WEIGHTS:
+                version = ev.events[i].weight_version
+            elif k == terms.STEP:
+                e = ev.events[i]
+                rows.append(
+                    {
+                        "run": run.index + 1,
+                        "run_id": run.run_id,
+                        "seq": ev.seq[i],
+                        "time": ev.time[i],
+                        "step": e.step,
+                        "groups": [str(g) for g in e.group_ids],
+                        "weight_version": version,
+                    }
+                )
+    schema = pa.schema(
+        [
+            ("run", pa.int32()),
+            ("run_id", pa.string()),
+            ("seq", pa.int64()),
+            ("time", pa.float64()),
+            ("step", pa.int64()),
+            ("groups", pa.list_(pa.string())),
+            ("weight_version", pa.int64()),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def runs_table(ts: Model) -> Any:
+    """One row per run, in the run order: its host and pid, first and last event
+    times, events, whether it closed cleanly and whether a later run restored from it."""
+    pa = _pyarrow()
+    stopped = {s.stopped_run for s in ts.stops if s.stopped_run is not None}
+    rows = []
+    for run in ts.runs:
+        ev = run.events
+        opened = ev.first_of(terms.OPENED)
+        host = pid = None
+        if opened is not None:
+            host, pid = ev.events[opened].host, ev.events[opened].pid
+        rows.append(
+            {
+                "run": run.index + 1,
+                "run_id": run.run_id,
+                "host": host,
+                "pid": pid,
+                "first_time": ev.min_time,
+                "last_time": ev.last_time,
+                "events": len(ev),
+                "closed": ev.first_of(terms.CLOSED) is not None,
+                "stopped": run.run_id in stopped,
+                "files": msgspec.json.encode(run.files).decode(),
+            }
+        )
+    schema = pa.schema(
+        [
+            ("run", pa.int32()),
+            ("run_id", pa.string()),
+            ("host", pa.string()),
+            ("pid", pa.int64()),
+            ("first_time", pa.float64()),
+            ("last_time", pa.float64()),
+            ("events", pa.int64()),
+            ("closed", pa.bool_()),
+            ("stopped", pa.bool_()),
+            ("files", pa.string()),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _name(e: Any) -> str:
+    if isinstance(e, UnknownEvent):
+        return e.event
+    return str(type(e).__struct_config__.tag)
+
+
+_ENVELOPE = frozenset({"time", "run_id", "seq"})
+
+
+def _fields(e: Any) -> dict[str, Any]:
+    if isinstance(e, UnknownEvent):
+        return dict(e.fields)
+    return {f: getattr(e, f) for f in e.__struct_fields__ if f not in _ENVELOPE}

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterator
 from html import escape
 
-from .._analysis.figures import StopCost
+from .._model.stops import StopCost
 from .axis import LEFT, PLOT_W, WIDTH, Scale, fmt_rel, nice_step
 from .labels import Layout, fit, text_box
 from .marks import Mark, MarkTable

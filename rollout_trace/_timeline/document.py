@@ -40,13 +40,12 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
-from .._analysis.figures import StopCost
+from .._model.stops import StopCost
 from .._schema.decoding import AnyEvent
 from .._version import __version__
-from .fold import build_timeline
 from .links import FLOW_IN, FLOW_OUT, RunLinks, in_flight, plan_links
 from .merge import Foreign
-from .model import OUTCOME_LABELS, Attempt, Mark, RunLine, Timeline, stop_figures
+from .model import OUTCOME_LABELS, Attempt, Mark, RunLine, Timeline, build_timeline, stop_figures
 
 __all__ = [
     "CNAME",

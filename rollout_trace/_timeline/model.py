@@ -2,7 +2,8 @@
 
 Both views (the trace-event document and the HTML page) are drawn from this
 one model, so they always agree on what an attempt is and how it ended.
-``fold.TimelineFold`` builds it from events; nothing here holds an event.
+``timeline_of`` reads it off the trace set's model (``_model``): each try is
+an ``Attempt``, and what a stop did to it comes from the stop's classes.
 
 An attempt is one try of a sibling within one run, keyed by
 ``(prompt_id, generation_index, attempt)``. It begins at its
@@ -24,16 +25,25 @@ stop did to a try is its ``fate``, named after the figure that counts it:
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from .._analysis.figures import FIGURES, Note, StopCost
+from .._model import terms
+from .._model.runs import RunEvents
+from .._model.stops import FIGURES, Note, StopCost
+from .._model.traceset import Model, analyze
+from .._model.tries import Run
+from .._schema.decoding import UnknownEvent
+from . import marks
 from .marks import Mark, MarkTable
 
 __all__ = [
     "FATES",
+    "OTHER_PER_RUN",
     "OUTCOME_LABELS",
     "OUTCOMES",
     "Attempt",
@@ -41,8 +51,10 @@ __all__ = [
     "Restore",
     "RunLine",
     "Timeline",
+    "build_timeline",
     "pack_lanes",
     "stop_figures",
+    "timeline_of",
 ]
 
 
@@ -96,6 +108,14 @@ class Attempt:
     # Within a run, attempts are listed by their first event's seq.
     start_seq: int = -1
     end_seq: int = -1
+    # Started again before any end (``_model.terms``): not open, though
+    # nothing ended it (``unended``, drawn up to the next start).
+    superseded: bool = False
+
+    @property
+    def open(self) -> bool:
+        """Started in its run and not ended there, nor started again."""
+        return self.started and self.end_seq < 0 and not self.superseded
 
     @property
     def seq(self) -> int:
@@ -210,3 +230,194 @@ def stop_figures(stop: StopCost) -> tuple[dict[str, Any], dict[str, str]]:
             v = None
         values[name] = v
     return values, reasons
+
+
+# --- from the model of the trace set ----------------------------------------------
+
+# Events of kinds the timeline does not know (a user's own, or unknown to this
+# process) are drawn up to this many per run, those with the lowest seq: they
+# can be most of a trace (metrics sampled per token).
+OTHER_PER_RUN = 1000
+_ENVELOPE = frozenset({"time", "run_id", "seq"})
+_MARK_CODE = {
+    terms.STEP: marks.STEP,
+    terms.WEIGHTS: marks.WEIGHTS,
+    terms.CHECKPOINT: marks.CHECKPOINT,
+    terms.SNAPSHOT: marks.SNAPSHOT,
+    terms.GROUP_RESERVED: marks.GROUP_RESERVED,
+    terms.GROUP_ADMITTED: marks.GROUP_ADMITTED,
+    terms.GROUP_SEALED: marks.GROUP_SEALED,
+    terms.GROUP_DISCARDED: marks.GROUP_DISCARDED,
+    terms.OPENED: marks.OPENED,
+    terms.CLOSED: marks.CLOSED,
+}
+
+
+def timeline_of(ts: Model) -> Timeline:
+    """The timeline of a trace set's model: its runs in the run order, each try
+    an ``Attempt`` (with the fate its stop gave it), its marks and restores."""
+    fates: dict[tuple[int, int], tuple[str, int]] = {}
+    by_id = {r.run_id: r for r in ts.runs}
+    for number, (cost, cls) in enumerate(zip(ts.stops, ts.classes, strict=True), 1):
+        if cls is not None and cost.stopped_run is not None:
+            a = by_id[cost.stopped_run]
+            for i, fate in cls.fates():
+                fates[(a.index, i)] = (fate, number)
+    runs = [run_line(run, fates) for run in ts.runs]
+    times = [r.first_time for r in runs] + [_max_time(run) for run in ts.runs]
+    times += [c for r in runs for c in r.marks.captured()]
+    return Timeline(
+        runs=runs,
+        stops=ts.stops,
+        t0=min(times, default=0.0),
+        t1=max(times, default=0.0),
+        notes=ts.notes,
+    )
+
+
+def build_timeline(events: Iterable[Any]) -> Timeline:
+    """The timeline of a trace set's events (any order, any file layout)."""
+    return timeline_of(analyze(list(events)))
+
+
+def _max_time(run: Run) -> float:
+    return run.events.max_time
+
+
+def _last_time(ev: RunEvents) -> float:
+    """The time of the run's last event: the highest seq (of its versions, the latest)."""
+    last = ev.seq[-1]
+    i = len(ev.seq) - 1
+    t = ev.time[i]
+    while i > 0 and ev.seq[i - 1] == last:
+        i -= 1
+        t = max(t, ev.time[i])
+    return t
+
+
+def run_line(run: Run, fates: dict[tuple[int, int], tuple[str, int]]) -> RunLine:
+    ev = run.events
+    last_time = _last_time(ev)
+    line = RunLine(
+        index=run.index,
+        run_id=run.run_id,
+        host=None,
+        pid=None,
+        first_time=ev.min_time,
+        last_time=last_time,
+        closed=False,
+    )
+    t = run.tries
+    attempts = []
+    for i in range(len(t)):
+        started = t.started(i)
+        end = terms.EndKind(t.end_kind[i])
+        start = t.start_time[i] if started else t.end_time[i]
+        if end == terms.EndKind.OPEN:
+            stop = max(last_time, start)
+        elif end == terms.EndKind.SUPERSEDED:
+            stop = t.superseded_at[i]
+        else:
+            stop = t.end_time[i]
+        fate, number = fates.get((run.index, i), (None, 0))
+        attempts.append(
+            Attempt(
+                start,
+                stop,
+                t.outcome(i),
+                t.group_id[i],
+                t.prompt_id[i],
+                t.generation_index[i],
+                t.attempt[i],
+                weight_version=t.weight_version[i],
+                resumed_turn=t.turn[i],
+                reason=t.reason[i],
+                started=started,
+                fate=fate,
+                stop=number,
+                start_seq=t.start_seq[i],
+                end_seq=t.end_seq[i],
+                superseded=end == terms.EndKind.SUPERSEDED,
+            )
+        )
+    _sort_attempts(attempts)
+    line.attempts = attempts
+    line.lanes = pack_lanes(attempts)
+    table = line.marks
+    others: list[int] = []
+    for i in run.marks:
+        kind = ev.kind[i]
+        e, seq, time = ev.events[i], ev.seq[i], ev.time[i]
+        code = _MARK_CODE.get(kind)
+        if code is None:
+            others.append(i)
+        elif code == marks.STEP:
+            table.add(code, seq, time, e.step, e.group_ids)
+        elif code == marks.WEIGHTS:
+            table.add(code, seq, time, e.weight_version)
+        elif code == marks.CHECKPOINT:
+            table.add(code, seq, time, e.step, e.path)
+        elif code == marks.SNAPSHOT:
+            table.add(code, seq, time, e.step, (e.path, e.captured_at))
+        elif code == marks.GROUP_RESERVED:
+            values = (e.prompt_id, e.size, e.weight_version, e.target_step)
+            table.add(code, seq, time, e.group_id, values)
+        elif code == marks.GROUP_DISCARDED:
+            table.add(code, seq, time, e.group_id, (e.prompt_id, e.reason))
+        elif code in (marks.GROUP_ADMITTED, marks.GROUP_SEALED):
+            table.add(code, seq, time, e.group_id, e.prompt_id)
+        elif code == marks.OPENED:
+            table.add(code, seq, time, (e.host, e.pid, e.sdk_version, e.meta))
+            if line.host is None:
+                line.host, line.pid = e.host, e.pid
+        else:
+            table.add(code, seq, time, (e.emitted, e.written, e.dropped, e.invalid))
+            line.closed = True
+    # The lowest seqs, one mark per seq (the least of its versions), as any order gives.
+    kept: dict[int, Mark] = {}
+    for i in others:
+        seq = ev.seq[i]
+        mark = _other_mark(ev.events[i], ev.time[i], seq)
+        held = kept.get(seq)
+        if held is None:
+            if len(kept) == OTHER_PER_RUN:
+                line.others_cut = True
+                continue
+            kept[seq] = mark
+        elif _other_rank(mark) < _other_rank(held):
+            kept[seq] = mark
+    for seq, mark in kept.items():
+        table.add(marks.OTHER, seq, mark.time, mark)
+    table.finish()
+    line.restores = [Restore(r.started, r.finished, r.path, r.step) for r in run.restores]
+    return line
+
+
+def _other_mark(e: Any, t: float, seq: int) -> Mark:
+    if isinstance(e, UnknownEvent):
+        fields = e.fields
+        return Mark("other", t, e.event, tuple(fields), tuple(fields.values()), None, seq)
+    # A user's own event class: its fields, as they would be written.
+    keys = tuple(f for f in e.__struct_fields__ if f not in _ENVELOPE)
+    values = tuple(getattr(e, f) for f in keys)
+    return Mark("other", t, str(type(e).__struct_config__.tag), keys, values, None, seq)
+
+
+def _other_rank(m: Mark) -> tuple[str, bool, float, str]:
+    t = m.time
+    return (m.name, t != t, t if t == t else 0.0, repr(m.values))
+
+
+def _sort_attempts(attempts: list[Attempt]) -> None:
+    """By the seq of each one's first event; ties (lines that share a seq) by their ids."""
+    attempts.sort(key=attrgetter("seq"))
+    if any(a.seq == b.seq for a, b in itertools.pairwise(attempts)):
+        attempts.sort(
+            key=lambda a: (
+                a.seq,
+                type(a.prompt_id).__name__,
+                str(a.prompt_id),
+                a.generation_index,
+                a.attempt,
+            )
+        )

@@ -12,12 +12,11 @@ from collections import Counter
 from collections.abc import Iterable
 from html import escape
 
-from .._analysis.figures import FIGURE_ROWS
+from .._model.stops import FIGURE_ROWS
 from .._schema.decoding import AnyEvent
 from .._version import __version__
 from .chart import COLOURS, PRIORITY, Chart, draw_chart, fmt_rel
-from .fold import build_timeline
-from .model import FATES, OUTCOME_LABELS, OUTCOMES, Timeline, stop_figures
+from .model import FATES, OUTCOME_LABELS, OUTCOMES, Timeline, build_timeline, stop_figures
 
 __all__ = ["NOTES_SHOWN", "timeline_html", "html_of"]
 

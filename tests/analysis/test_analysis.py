@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -32,8 +32,6 @@ from scenario import (
 
 import rollout_trace as rt
 from rollout_trace import read, restore_costs
-from rollout_trace._analysis.cost import CostAnalysis, group_runs
-from rollout_trace._reading.reader import iter_blocks
 
 # Run A opens at 100, publishes snapshot /s/1 (captured at 150) at 151 and
 # ends at 170; run B opens at 200 and restores /s/1 (step 2) from 210 to 215.
@@ -240,29 +238,6 @@ def test_chain_of_two_stops() -> None:
     assert second.downtime_s == pytest.approx(60.0)
 
 
-def test_a_run_behind_every_stop_lets_go_of_its_siblings_summary() -> None:
-    # A -> B -> C, each stopped run summed up for its stop: the summary (a key
-    # and two numbers per sealed sibling) is let go of once no later stop
-    # reads it, rather than all of them held to the end.
-    a = make_run(1, 100.0, [(151.0, snapshot(2, "/s/1", 150.0)), (160.0, disp(1, 0)), END])
-    b = make_run(
-        2,
-        200.0,
-        [(210.0, restore("/s/1", 2)), (215.0, restored(2)), (230.0, snapshot(3, "/s/2", 229.0))]
-        + [(240.0 + k, disp(3, k)) for k in range(5)]
-        + [(250.0 + k, seal(3, k)) for k in range(5)],
-    )
-    c = make_run(3, 300.0, [(310.0, restore("/s/2", 3)), (311.0, restored(3))])
-    analysis = CostAnalysis()
-    analysis.add(a + b + c)
-    assert len(analysis.stops()) == 2
-    held = {run.run_id: run._siblings is not None for run in analysis.runs()}
-    assert held == {run_id(1): False, run_id(2): False, run_id(3): False}
-    # Made again when asked: the same stops.
-    again = [s.to_dict() for s in analysis.stops()]
-    assert again == [s.to_dict() for s in restore_costs(a + b + c)]
-
-
 def test_run_without_restore_is_no_stop() -> None:
     a = make_run(1, 100.0, [(160.0, disp(1, 0))], closed=170.0)
     b = make_run(2, 200.0, [(210.0, disp(1, 0))])
@@ -286,14 +261,6 @@ def test_stop_time_is_last_event_by_seq_when_lines_are_shuffled() -> None:
     shuffled[2], shuffled[3] = shuffled[3], shuffled[2]
     shuffled[a_len - 1], shuffled[a_len - 2] = shuffled[a_len - 2], shuffled[a_len - 1]
     assert restore_costs(shuffled) == restore_costs(events)
-
-
-def test_group_runs_orders_by_trace_opened_and_sorts_by_seq() -> None:
-    a = make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))])
-    b = make_run(2, 50.0, [(51.0, disp(2, 0))])
-    runs = group_runs(list(reversed(a)) + b)
-    assert [r.run_id for r in runs] == [run_id(2), run_id(1)]
-    assert [e.seq for e in runs[1].events] == [0, 1, 2]
 
 
 # --- property: random runs with stops and restores ---------------------------------
@@ -370,6 +337,28 @@ def _end(kind: str, key: tuple[int, int], a: int) -> rt.Event:
     if kind == "refuse":
         return refuse(*key, a)
     return abandon(*key, a, "failed" if kind == "fail" else "restart")
+
+
+class _Run(NamedTuple):
+    run_id: str
+    events: list[Any]
+
+    @property
+    def opened_at(self) -> float | None:
+        return next((e.time for e in self.events if isinstance(e, rt.TraceOpened)), None)
+
+
+def group_runs(events: list[rt.Event]) -> list[_Run]:
+    """The runs, each in seq order, ordered by their trace_opened (else first event)."""
+    by_run: dict[str, list[Any]] = {}
+    for ev in events:
+        by_run.setdefault(ev.run_id, []).append(ev)
+    runs = [_Run(r, sorted(evs, key=lambda e: e.seq)) for r, evs in by_run.items()]
+
+    def opened(run: _Run) -> float:
+        return run.events[0].time if run.opened_at is None else run.opened_at
+
+    return sorted(runs, key=lambda r: (opened(r), r.run_id))
 
 
 def _oracle(events: list[rt.Event]) -> list[dict[str, Any]]:
@@ -468,15 +457,8 @@ def test_property_layouts_agree_with_the_spec(runs: list[list[rt.Event]], seed: 
             "shuffled": [str(p) for p in parts],
             "read twice": [str(mixed), str(one)],
         }
-        for name, paths in [*layouts.items(), ("lean decoding", [str(mixed)])]:
-            if name == "lean decoding":
-                # The command line decodes into the slim classes of _reading.lean.
-                analysis = CostAnalysis()
-                for _, events, _ in iter_blocks(paths, lean=True):
-                    analysis.add(events)
-                stops = analysis.stops()
-            else:
-                stops = restore_costs(read(paths))
+        for name, paths in layouts.items():
+            stops = restore_costs(read(paths))
             got = [s.to_dict() for s in stops]
             assert len(got) == len(expected), name
             for g, e in zip(got, expected, strict=True):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +28,8 @@ from scenario import (
 )
 
 import rollout_trace as rt
-from rollout_trace._analysis.cost import CostAnalysis
 from rollout_trace._cli.main import main
-from rollout_trace._reading.reader import iter_blocks
+from rollout_trace._model.traceset import Builder, analyze
 
 # Two long runs: A dispatches and seals thousands of tries (more than any
 # window a reorder buffer could hold), publishes snapshots, and stops with
@@ -82,11 +80,8 @@ def long_stop() -> tuple[list[rt.Event], list[rt.Event]]:
     return _long_stop()
 
 
-def _stops(paths: list[Path], *, lean: bool = True) -> list[dict[str, Any]]:
-    analysis = CostAnalysis()
-    for _, events, _ in iter_blocks([str(p) for p in paths], lean=lean):
-        analysis.add(events)
-    return [s.to_dict() for s in analysis.stops()]
+def _stops(paths: list[Path]) -> list[dict[str, Any]]:
+    return [s.to_dict() for s in analyze([str(p) for p in paths]).stops]
 
 
 def _split(events: list[rt.Event], parts: int) -> list[list[rt.Event]]:
@@ -111,72 +106,36 @@ LAYOUTS = {
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("lean", [True, False], ids=["lean", "full"])
 def test_no_order_of_files_or_lines_changes_a_figure(
-    long_stop: tuple[list[rt.Event], list[rt.Event]], tmp_path: Path, layout: str, lean: bool
+    long_stop: tuple[list[rt.Event], list[rt.Event]], tmp_path: Path, layout: str
 ) -> None:
     a, b = long_stop
     files = LAYOUTS[layout](a, b, random.Random(5))
     paths = [write(tmp_path / f"part-{i}.jsonl", part) for i, part in enumerate(files)]
-    [stop] = _stops(paths, lean=lean)
+    [stop] = _stops(paths)
     expected = _expected(a)
     assert {k: stop[k] for k in expected} == pytest.approx(expected)
-    [reference] = _stops(
-        [write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b)], lean=lean
-    )
+    [reference] = _stops([write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b)])
     assert stop == reference
 
 
-@pytest.mark.parametrize(
-    ("shuffled", "take"),
-    [
-        # Parts in any order, each copied into the total.
-        (True, False),
-        # The same, each given up to the total (as a worker's is).
-        (True, True),
-        # A run in each part, in order (a file per run): taken over whole.
-        (False, True),
-    ],
-)
-def test_folds_of_parts_of_a_run_merge_into_the_fold_of_the_whole(
-    long_stop: tuple[list[rt.Event], list[rt.Event]], shuffled: bool, take: bool
+@pytest.mark.parametrize("shuffled", [True, False], ids=["lines-shuffled", "a-run-per-part"])
+def test_parts_of_a_set_read_apart_and_merged_give_the_whole(
+    long_stop: tuple[list[rt.Event], list[rt.Event]], shuffled: bool
 ) -> None:
+    # What --jobs does: each worker gathers its part, the parent merges them.
     a, b = long_stop
     events = random.Random(3).sample(a + b, len(a) + len(b)) if shuffled else a + b
-    whole = CostAnalysis()
+    whole = Builder()
     whole.add(events)
-    merged = CostAnalysis()
-    parts = _split(events, 4) if shuffled else [a, b]
-    for part in parts:
-        piece = CostAnalysis()
+    merged = Builder()
+    for part in _split(events, 4) if shuffled else [a, b]:
+        piece = Builder()
         piece.add(part)
-        runs = dict(piece._runs)
-        merged.merge(piece, take=take)
-        if take and not shuffled:  # the run is the total's now, not a copy
-            assert [merged._runs[k] is run for k, run in runs.items()] == [True]
-    assert [s.to_dict() for s in merged.stops()] == [s.to_dict() for s in whole.stops()]
-    assert merged.notes == whole.notes == []
-
-
-def test_memory_grows_with_attempts_not_events() -> None:
-    # 40,000 events of which only 200 are attempt events: the fold keeps no
-    # event, so the other 39,800 (shuffled, so nothing arrives in order) cost
-    # only the seq ranges they leave open, and those close as they fill.
-    body: list[tuple[float, rt.Event]] = [(100.0 + i, disp(i, 0)) for i in range(100)]
-    body += [(200.0 + i, seal(i, 0)) for i in range(100)]
-    body += [(300.0 + i, rt.WeightsSynced(weight_version=i)) for i in range(39_800)]
-    events = random.Random(1).sample(make_run(1, 50.0, body), len(body) + 1)
-    tracemalloc.start()
-    try:
-        analysis = CostAnalysis()
-        for i in range(0, len(events), 4096):
-            analysis.add(events[i : i + 4096])
-        held, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    # 200 attempt rows and a few hundred ranges: well under a kilobyte per
-    # attempt, where keeping the events would take several megabytes.
-    assert held < 400_000, held
+        merged.merge(piece)
+    got, want = merged.build(), whole.build()
+    assert [s.to_dict() for s in got.stops] == [s.to_dict() for s in want.stops]
+    assert got.notes == want.notes == []
 
 
 # --- what the analysis says beside the figures ---------------------------------
@@ -440,20 +399,21 @@ def test_merging_keeps_the_parts_as_they_were_and_a_part_merged_twice_counts_onc
     long_stop: tuple[list[rt.Event], list[rt.Event]],
 ) -> None:
     a, b = long_stop
-    part = CostAnalysis()
-    part.add(a)
-    before = [(r.run_id, r.last.seq if r.last else None, r.duplicates) for r in part.runs()]
-    total = CostAnalysis()
+    part = Builder()
+    part.add(a, "a.jsonl")
+    before = [s.to_dict() for s in part.build().stops], len(part.build().runs[0].events)
+    total = Builder()
     total.merge(part)
-    rest = CostAnalysis()
-    rest.add(b)
+    rest = Builder()
+    rest.add(b, "b.jsonl")
     total.merge(rest)
     total.merge(part)  # the same part again: a run read twice
-    total.merge(total)  # and the whole with itself
-    assert [(r.run_id, r.last.seq if r.last else None, r.duplicates) for r in part.runs()] == before
-    whole = CostAnalysis()
+    assert ([s.to_dict() for s in part.build().stops], len(part.build().runs[0].events)) == before
+    whole = Builder()
     whole.add(a + b)
-    assert [s.to_dict() for s in total.stops()] == [s.to_dict() for s in whole.stops()]
+    got = total.build()
+    assert [s.to_dict() for s in got.stops] == [s.to_dict() for s in whole.build().stops]
+    assert [n.kind for n in got.notes] == ["read_twice"]
 
 
 # --- conflicting copies: two lines of one (run_id, seq) that differ --------------------
@@ -591,22 +551,21 @@ def test_conflicting_copies_draw_the_same_timeline_in_any_order_of_files(
 
 
 @pytest.mark.parametrize(("files", "seqs"), CONFLICTS)
-@pytest.mark.parametrize("lean", [True, False], ids=["lean", "full"])
 def test_conflicting_copies_give_the_same_figures_in_any_order_of_lines(
-    tmp_path: Path, files: list[list[Any]], seqs: list[int], lean: bool
+    tmp_path: Path, files: list[list[Any]], seqs: list[int]
 ) -> None:
     # Every line of the set, shuffled and dealt into one to three files: the
     # fold alone (no second read) keeps the same versions whatever comes first.
     (tmp_path / "ref").mkdir()
     paths = _conflict_set(tmp_path / "ref", files)
-    reference = _stops(paths, lean=lean)
+    reference = _stops(paths)
     every = [ev for p in paths for ev in rt.read(str(p))]
     rng = random.Random(7)
     for trial in range(12):
         shuffled = rng.sample(every, len(every))
         parts = _split(shuffled, 1 + trial % 3)
         layout = [write(tmp_path / f"{trial}-{i}.jsonl", part) for i, part in enumerate(parts)]
-        assert _stops(layout, lean=lean) == reference, trial
+        assert _stops(layout) == reference, trial
 
 
 def test_a_conflicting_copy_within_one_file_is_noted(
@@ -639,21 +598,3 @@ def test_two_sinks_of_one_tracer_are_a_copy_not_a_conflict(
         assert status == 0, err
         assert twice["stops"] == once["stops"]
         assert [n["kind"] for n in twice["notes"]] == ["read_twice"]
-
-
-def test_a_second_copy_of_a_run_adds_no_rows(
-    long_stop: tuple[list[rt.Event], list[rt.Event]],
-) -> None:
-    # A copy's lines of siblings retired from the table are found in their
-    # records: the run read twice keeps what it keeps read once.
-    a, b = long_stop
-    once = CostAnalysis()
-    once.add(a + b)
-    twice = CostAnalysis()
-    twice.add(a + b)
-    twice.add(random.Random(4).sample(a, len(a)))
-    [run_once, _], [run_twice, _] = once.runs(), twice.runs()
-    assert len(run_twice.table.rows) == len(run_once.table.rows)
-    assert len(run_twice.table.r_keys) == len(run_once.table.r_keys)
-    assert run_twice.table.collide == run_once.table.collide
-    assert [s.to_dict() for s in twice.stops()] == [s.to_dict() for s in once.stops()]

@@ -1,13 +1,13 @@
 """``rollout-trace validate``: every rule of the README's Reference, one bad trace each.
 
-The rules live in ``rollout_trace._analysis.validate`` and ``.protocol``; these
-run them as a user does, through the command line, and read its findings and
-verdict.
+The rules live in ``rollout_trace._model.checks``; these run them as a user
+does, through the command line, and read its findings and verdict.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -16,6 +16,8 @@ from scenario import abandon, disp, lines, make_run, refuse, resume, run_id, sea
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
+from rollout_trace._reading import reader
+from rollout_trace._reading.gunzip import Cut
 
 T0 = 1_780_000_000.0  # 2026, in Unix seconds
 RID = run_id(5)
@@ -529,3 +531,27 @@ def test_versions_of_a_line_are_checked_in_one_order_whatever_came_first(
         assert sum(f"run {RID}, seq 1: this attempt_dispatched differs" in f for f in out) == 1
         protocol.append([f for f in out if "sibling (" in f])
     assert protocol[0] == protocol[1] == []
+
+
+def test_each_file_is_read_once_even_with_a_conflicting_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The version and the protocol findings come from the one model of the set:
+    # no file is read a second time to compare the lines of a seq seen twice.
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(lines(CLEAN))
+    b.write_bytes(lines(_sync_at_seal(CLEAN)))
+    read: list[str] = []
+    chunks = reader._Source.chunks
+
+    def counted(self: reader._Source) -> Iterator[bytes | Cut]:
+        read.append(self.path)
+        return chunks(self)
+
+    monkeypatch.setattr(reader._Source, "chunks", counted)
+    assert main(["validate", str(a), str(b)]) == 1
+    assert read == [str(a), str(b)]
+    out = capsys.readouterr().out
+    assert (
+        f"{b}:3: error: run {RID}, seq 2: this weights_synced differs from the line at {a}:3" in out
+    )

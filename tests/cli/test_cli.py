@@ -9,8 +9,8 @@ import pytest
 from scenario import disp, lines, make_run, restore, restored, run_id, seal, snapshot, write
 
 import rollout_trace as rt
-from rollout_trace._analysis.figures import FIGURES
 from rollout_trace._cli.main import main
+from rollout_trace._model.stops import FIGURES
 
 
 def _stop_set(tmp_path: Path, *, path: str = "/s/1") -> Path:

@@ -21,6 +21,7 @@ VALID = {
     "timeline": [EXAMPLE, "-o", "t.html"],
     "report": [EXAMPLE],
     "attempts": [EXAMPLE, "-o", "a.csv"],
+    "sql": [EXAMPLE, "select 1"],
     "watch": [EXAMPLE, "--once"],
     "demo": [],
 }
@@ -109,7 +110,7 @@ WRONG_WORDS = [
         ["costs", EXAMPLE],
         None,
         "argument COMMAND: invalid choice: 'costs' (choose from 'cost', 'summary', 'validate', "
-        "'timeline', 'report', 'attempts', 'watch', 'demo')",
+        "'timeline', 'report', 'attempts', 'sql', 'watch', 'demo')",
     ),
 ]
 

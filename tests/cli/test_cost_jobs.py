@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import os
 import shutil
 import signal
@@ -13,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from rollout_trace._cli import cost as cost_module
 from rollout_trace._cli import jobs as jobs_module
 from rollout_trace._cli.main import main, program
 from rollout_trace._reading import pieces
+from rollout_trace._reading import reader as reader_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -367,10 +366,10 @@ def test_default_jobs_are_the_cores_only_for_the_command_line(
     files = [str(f) for f in _set(tmp_path)]
     asked: list[int] = []
 
-    def record(_: object, jobs: int, *, history: bool) -> None:
+    def record(_: object, jobs: int) -> None:
         asked.append(jobs)
 
-    monkeypatch.setattr(cost_module, "fold_in_processes", record)
+    monkeypatch.setattr(cost_module, "read_in_processes", record)
     monkeypatch.setattr(cost_module, "_usable_cores", lambda: 4)
     words = ["cost", *files, "--json", *flags]
     if entry == "main":
@@ -807,48 +806,26 @@ def test_what_ray_init_raises_is_said_in_one_line(
 
 
 @pytest.mark.parametrize(
-    ("build", "reads"),
-    [
-        # No line differs from its copy: one read, without the history.
-        (_read_twice, [False]),
-        # A conflicting copy of a run that dropped no start: its history would
-        # be empty, so one read.
-        (_conflict, [False]),
-        # A conflicting copy of a run that dropped starts: read again, with
-        # their history.
-        (_conflict_dropped, [False, True]),
-        # The same, the start dropped only as the figures are computed.
-        (_conflict_dropped_at_the_end, [False, True]),
-    ],
+    "build",
+    [_read_twice, _conflict, _conflict_dropped, _conflict_dropped_at_the_end],
     ids=["copies", "conflict", "conflict_dropped", "conflict_dropped_at_the_end"],
 )
-def test_cost_reads_again_with_the_history_only_when_a_copy_differs(
+def test_cost_reads_every_file_once_whatever_its_copies_hold(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     build: Callable[[Path], list[Path]],
-    reads: list[bool],
 ) -> None:
+    # Copies and conflicting copies are told apart as the set is gathered:
+    # no file is read a second time (cost once read a set up to four times).
     files = build(tmp_path / "set")
-    seen: list[bool] = []
-    first_read = cost_module._first_read
+    opened: list[str] = []
+    real = reader_module._Source.chunks
 
-    folds: list[weakref.ref[Any]] = []
+    def chunks(self: Any) -> Any:
+        opened.append(self.path)
+        return real(self)
 
-    def spy(files: list[str], args: Any, *, history: bool) -> Any:
-        # The fold before is let go of first: never two in memory at once.
-        gc.collect()
-        assert [fold() for fold in folds] == [None] * len(folds)
-        seen.append(history)
-        analysis, problems = first_read(files, args, history=history)
-        folds.append(weakref.ref(analysis))
-        return analysis, problems
-
-    monkeypatch.setattr(cost_module, "_first_read", spy)
-    got = _cost(files, capsys, "--jobs", "1")
-    assert seen == reads
-    # The output of a read that kept the history from the start.
-    monkeypatch.setattr(
-        cost_module, "_first_read", lambda f, a, *, history: first_read(f, a, history=True)
-    )
-    assert _cost(files, capsys, "--jobs", "1") == got
+    monkeypatch.setattr(reader_module._Source, "chunks", chunks)
+    _cost(files, capsys, "--jobs", "1")
+    assert sorted(opened) == sorted(str(f) for f in files)

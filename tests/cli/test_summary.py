@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -12,6 +13,8 @@ import pytest
 from scenario import disp, lines, make_run, run_id, seal
 
 from rollout_trace._cli.main import main
+from rollout_trace._reading import reader
+from rollout_trace._reading.gunzip import Cut
 
 T0 = 1_780_000_000.0
 
@@ -208,3 +211,95 @@ def test_a_seq_twice_in_one_file_with_two_events_is_a_conflict(
         assert main(["summary", str(path), "--json"]) == 0
         [summary] = json.loads(capsys.readouterr().out)["runs"]
         assert (summary["duplicate_seqs"], summary["conflicts"]) == (1, conflicts)
+
+
+def test_a_run_read_again_with_a_duplicate_in_the_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The run in a.jsonl, again in b.jsonl, where its seq 1 is twice: each event
+    # counts once, the copy's lines are read_twice, the line b repeats a duplicate.
+    run = make_run(1, T0, [(T0 + 1, disp(1, 0))], closed=T0 + 2)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(lines(run))
+    b.write_bytes(lines([*run, run[1]]))
+    assert main(["summary", str(a), str(b), "--json"]) == 0
+    [summary] = json.loads(capsys.readouterr().out)["runs"]
+    assert (summary["events"], summary["read_twice"], summary["duplicate_seqs"]) == (3, 3, 1)
+    assert summary["events_by_name"] == {
+        "attempt_dispatched": 1,
+        "trace_closed": 1,
+        "trace_opened": 1,
+    }
+    assert summary["files"] == [str(a), str(b)]
+    assert summary["conflicts"] == 0
+
+
+def test_runs_come_in_the_run_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Run 1 opened after run 2, but its clock stepped back: an event of it is the
+    # earliest of the set. The runs are listed by trace_opened, as report lists them.
+    one = make_run(1, T0 + 10, [(T0 + 1, disp(1, 0))], closed=T0 + 12)
+    two = make_run(2, T0 + 5, [(T0 + 6, disp(2, 0))], closed=T0 + 7)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(lines(one) + lines(two))
+    assert main(["summary", str(path), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["run_id"] for r in runs] == [run_id(2), run_id(1)]
+    assert runs[1]["first_time"] == T0 + 1
+
+
+def test_a_run_that_lost_its_first_lines_has_a_gap_from_seq_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = make_run(3, T0, [(T0 + 1, disp(1, 0)), (T0 + 2, seal(1, 0))], closed=T0 + 3)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(lines(run[2:]))
+    assert main(["summary", str(path), "--json"]) == 0
+    [summary] = json.loads(capsys.readouterr().out)["runs"]
+    assert (summary["seq_gaps"], summary["missing_seqs"]) == ([[0, 1]], 2)
+    assert summary["host"] is None
+
+
+def test_a_run_of_seqs_no_tracer_gives_comes_last(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run whose only line has seq 2**62 (corrupt) has no place in the run order,
+    # though its time is the earliest; it is listed, after the others.
+    run = make_run(1, T0, [(T0 + 1, disp(1, 0))], closed=T0 + 2)
+    huge = {"event": "weights_synced", "time": T0 - 5, "run_id": run_id(2), "seq": 2**62}
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(lines(run) + msgspec.json.encode(huge | {"weight_version": 1}) + b"\n")
+    assert main(["summary", str(path), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["run_id"] for r in runs] == [run_id(1), run_id(2)]
+    assert (runs[1]["events"], runs[1]["missing_seqs"]) == (1, 2**62)
+
+
+@pytest.mark.parametrize("argv", [["summary"], ["summary", "--json"]])
+def test_each_file_is_read_once_even_with_a_conflicting_copy(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+) -> None:
+    # The copy's seq 2 is a weight sync: lines of one seq that differ are told
+    # apart as the set is gathered, with no second read of either file.
+    run = make_run(3, T0, [(T0 + 1, disp(1, 0)), (T0 + 2, seal(1, 0))], closed=T0 + 3)
+    sync = msgspec.json.encode(
+        {"event": "weights_synced", "time": T0 + 2, "run_id": run_id(3), "seq": 2}
+        | {"weight_version": 3}
+    )
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(lines(run))
+    b.write_bytes(lines(run[:2]) + sync + b"\n" + lines(run[3:]))
+    read: list[str] = []
+    chunks = reader._Source.chunks
+
+    def counted(self: reader._Source) -> Iterator[bytes | Cut]:
+        read.append(self.path)
+        return chunks(self)
+
+    monkeypatch.setattr(reader._Source, "chunks", counted)
+    assert main([*argv, str(a), str(b)]) == 0
+    assert read == [str(a), str(b)]
+    out = capsys.readouterr().out
+    assert "1 seq(s): 2" in out or '"conflicts": 1' in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -10,13 +11,30 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
+from scenario import (
+    disp,
+    lines,
+    make_run,
+    restore,
+    restored,
+    resume,
+    run_id,
+    seal,
+    snapshot,
+    step,
+    write,
+)
 from traced import KNOWN, Run, write_runs
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
 from rollout_trace._cli.watch import frame
+from rollout_trace._model import traceset
+from rollout_trace._reading.reader import ReadProblem, iter_blocks
 from rollout_trace._report.live import Follower, LiveView
 
 
@@ -304,3 +322,220 @@ def test_watch_redraws_as_another_process_writes(tmp_path: Path, tmux_session: s
     finally:
         writer.kill()
         writer.wait()
+
+
+# --- watch answers from the model of the set (issue #26) --------------------------
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main(argv)
+    return rc, capsys.readouterr().out
+
+
+def _report(paths: list[str], capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, Any]:
+    rc, out = _cli(["report", "--json", *flags, *paths], capsys)
+    doc: dict[str, Any] = json.loads(out)
+    doc["rc"] = rc
+    return doc
+
+
+def test_the_issues_case_watch_agrees_with_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Dispatched, resumed while open, sealed, a step later: the first try is
+    # superseded (not open), the second sealed. No stall, exit 0, for both.
+    run = make_run(
+        26, 100.0, [(101.0, disp(2, 0)), (102.0, resume(2, 0)), (103.0, seal(2, 0)),
+                    (110.0, step(1))],
+    )  # fmt: skip
+    path = str(write(tmp_path / "run.jsonl", run))
+    report = _report([path], capsys, "--stall-after", "1")
+    assert (report["stalls"], report["rc"]) == (0, 0)
+    rc, out = _cli(["watch", "--once", "--stall-after", "1", path], capsys)
+    assert rc == 0
+    assert "stalls: none (open longer than 1 s)" in out
+    [row] = [line.split() for line in out.splitlines() if line.endswith("open")]
+    assert (row[-5], row[-4], row[-2]) == ("0", "1", "0")  # in flight, sealed, stalls
+
+
+def test_a_try_left_open_in_a_stopped_run_that_closed_is_a_stall_as_report_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Run 1 has two tries of one sibling open (attempts 0 and 1) and closes cleanly;
+    # run 2 restores it. The stop takes up the sibling's last try (attempt 1), not
+    # attempt 0: that one is open at a clean close, a stall of any age (``report``).
+    # The old watch took no stopped run's close for one, and exited 0.
+    body = [(101.0, disp(1, 0, 0)), (102.0, disp(1, 0, 1)), (103.0, snapshot(1, "/s", 103.0))]
+    a = make_run(1, 100.0, body, closed=104.0)
+    b = make_run(2, 200.0, [(201.0, restore("/s", 1)), (202.0, restored(1))])
+    paths = [str(write(tmp_path / "a.jsonl", a)), str(write(tmp_path / "b.jsonl", b))]
+    report = _report(paths, capsys)
+    [stall] = report["runs"][0]["stalls"]
+    assert (stall["kind"], stall["attempt"], report["rc"]) == ("open_at_close", 0, 1)
+    rc, out = _cli(["watch", "--once", *paths], capsys)
+    assert rc == 1
+    assert "stalls: 1 (open longer than 600 s" in out
+    [shown] = [line.split() for line in out.splitlines() if "open_at_close" in line]
+    assert shown == ["1", "open_at_close", "1", "0", "0", "3.0"]
+
+
+def test_runs_are_in_the_run_order_with_their_last_event_by_seq(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Run 1's clock stepped back: an event before its trace_opened, and its last
+    # event (by seq) earlier than the one before it. The run order goes by
+    # trace_opened (run 2 first), and a run's last event is its highest seq's, as
+    # report has them; the old watch went by the earliest and the latest times.
+    a = make_run(1, 100.0, [(50.0, disp(1, 0)), (130.0, seal(1, 0)), (120.0, step(1))])
+    b = make_run(2, 80.0, [(81.0, disp(1, 0))])
+    paths = [str(write(tmp_path / "a.jsonl", a)), str(write(tmp_path / "b.jsonl", b))]
+    report = _report(paths, capsys)
+    assert [r["run_id"] for r in report["runs"]] == [run_id(2), run_id(1)]
+    view = LiveView(paths, 600.0)
+    view.poll()
+    runs = view.ordered()
+    assert [r.run_id for r in runs] == [run_id(2), run_id(1)]
+    assert [r.last_time for r in runs] == [r["last_time"] for r in report["runs"]] == [81.0, 120.0]
+
+
+def test_each_version_of_a_seq_counts_as_summary_counts_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two copies of a run whose last line differs (a conflicting copy): summary
+    # counts each version; the old watch counted the seq once.
+    run = make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, step(1))])
+    other = [*run[:-1], msgspec.structs.replace(run[-1], time=103.0)]
+    paths = [str(write(tmp_path / "a.jsonl", run)), str(write(tmp_path / "b.jsonl", other))]
+    _, out = _cli(["summary", "--json", *paths], capsys)
+    [summary] = json.loads(out)["runs"]
+    view = LiveView(paths, 600.0)
+    view.poll()
+    [live] = view.ordered()
+    assert live.events == summary["events"] == 4
+    assert live.read_twice == 3
+
+
+def _damaged(data: bytes, at: int) -> bytes:
+    out = bytearray(data)
+    for i in range(at, at + 40):
+        out[i] ^= 0xFF
+    return bytes(out)
+
+
+def _trace_lines(runs: int = 2, tries: int = 150) -> bytes:
+    events = []
+    for n in range(1, runs + 1):
+        body = []
+        t = 1000.0 * n
+        for p in range(tries):
+            body += [(t + 2 * p + 1, disp(p, 0)), (t + 2 * p + 2, seal(p, 0))]
+        events += make_run(n, 1000.0 * n, body, closed=t + 2 * tries + 1)
+    return lines(events)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        # 40 bytes flipped a third of the way into a file gzipped whole: the lines
+        # they inflate to are bad, and so is the damage, found in the last member.
+        "a third in",
+        # In the first bytes of the only member: not one whole line comes out (the
+        # old watch showed "no trace event yet", exit 0, no word of the damage).
+        "at the start",
+    ],
+)
+def test_a_damaged_gzip_file_counts_its_bad_lines_as_summary_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    packed = gzip.compress(_trace_lines(), mtime=0)
+    at = len(packed) // 3 if where == "a third in" else 12
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(_damaged(packed, at))
+    _, out = _cli(["summary", "--json", str(path)], capsys)
+    summary = json.loads(out)
+    assert summary["bad_lines"] >= 1
+    rc, out = _cli(["watch", "--once", str(path)], capsys)
+    assert rc == 0
+    assert f": {len(summary['runs'])} run(s) in 1 file(s), " in out  # the runs it could read
+    assert (
+        f"lines that are no trace event: {summary['bad_lines']:,}; gzip files with damaged "
+        "bytes (skipped to the next member): 1"
+    ) in out
+    events = int(out.split(" events,")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert events == sum(r["events"] for r in summary["runs"])
+
+
+def test_damage_in_the_last_member_is_said_before_the_file_ends_and_once(tmp_path: Path) -> None:
+    # A gzip file still being written whose last member is damaged: the walk finds
+    # the damage at once, and says it where the next member begins; it is counted
+    # when it is found, and not again when the next member comes.
+    first, second = _trace_lines(1, 20), _trace_lines(1, 30)
+    damaged = _damaged(gzip.compress(first, mtime=0), 60)
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(damaged)
+    view = LiveView([str(path)], 600.0)
+    view.poll()
+    found = view.bad_lines
+    assert found >= 1 and view.follower.damaged == 1
+    with path.open("ab") as f:
+        f.write(gzip.compress(second, mtime=0))
+    assert view.poll() == len(second.splitlines())
+    assert (view.bad_lines, view.follower.damaged) == (found, 1)
+    problems: list[ReadProblem] = []
+    assert sum(len(evs) for _, evs, _ in iter_blocks(str(path), problems)) == sum(
+        r.events + r.read_twice for r in view.ordered()
+    )
+    assert len(problems) == found
+
+
+def test_a_torn_last_line_is_no_bad_line_while_it_may_still_be_written(tmp_path: Path) -> None:
+    run = lines(make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0))]))
+    path = tmp_path / "t.jsonl"
+    cut = len(run) - 20
+    path.write_bytes(run[:cut])
+    view = LiveView([str(path)], 600.0)
+    assert view.poll() == 2
+    assert view.bad_lines == 0  # the reader would count it (the end of the file): watch waits
+    with path.open("ab") as f:
+        f.write(run[cut:] + b"not an event\n")
+    assert view.poll() == 1
+    [live] = view.ordered()
+    assert (live.events, len(live.seals), view.bad_lines) == (3, 1, 1)
+    assert "not JSON" in view.problems[0].reason and view.problems[0].line == 4
+
+
+def test_a_frame_after_one_run_grew_builds_that_run_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = traceset.normalize
+
+    def counting(run: str, *args: Any) -> Any:
+        calls.append(run)
+        return real(run, *args)
+
+    monkeypatch.setattr(traceset, "normalize", counting)
+    paths = []
+    for n in range(1, 4):
+        run = make_run(n, 100.0 * n, [(100.0 * n + 1, disp(1, 0))])
+        paths.append(write(tmp_path / f"run-{n}.jsonl", run))
+    view = LiveView([str(tmp_path)], 600.0)
+    view.poll()
+    frame(view, 1000.0)
+    assert sorted(calls) == [run_id(1), run_id(2), run_id(3)]
+    calls.clear()
+    assert view.poll() == 0
+    frame(view, 1000.0)
+    assert calls == []  # nothing new: not even the stops are costed again
+    with paths[1].open("ab") as f:
+        f.write(lines([_stamped(seal(1, 0), 205.0, run_id(2), 2)]))
+    assert view.poll() == 1
+    text = frame(view, 1000.0)
+    assert calls == [run_id(2)]
+    rows = [line.split() for line in text.splitlines() if line.endswith("open")]
+    assert [(r[-5], r[-4]) for r in rows] == [("1", "0"), ("0", "1"), ("1", "0")]
+
+
+def _stamped(ev: rt.Event, t: float, rid: str, seq: int) -> rt.Event:
+    return msgspec.structs.replace(ev, time=t, run_id=rid, seq=seq)

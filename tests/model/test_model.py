@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import itertools
 import random
-from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 from analysis.test_analysis import trace_sets
-from analysis.test_any_order import CONFLICTS, _conflict_set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from model.test_equivalence import _cost_json, _model_json, _same
-from scenario import disp, make_run, resume, seal, step
+from model.test_equivalence import _same
+from scenario import disp, make_run, resume, run_id, seal, step
 
 import rollout_trace as rt
-from rollout_trace._analysis.cost import CostAnalysis
 from rollout_trace._model import analyze
 from rollout_trace._model.runs import normalize
 from rollout_trace._model.terms import OUTCOMES, EndKind, outcome_of, same_use
@@ -69,9 +65,7 @@ def test_runs_come_in_todays_run_order() -> None:
     # No trace_opened: ordered by the time of the lowest seq.
     c = [e for e in make_run(3, 75.0, [(76.0, step(1))]) if e.seq > 0]
     events = [*a, *b, *c]
-    old = CostAnalysis()
-    old.add(events)
-    assert [r.run_id for r in analyze(events).runs] == [r.run_id for r in old.runs()]
+    assert [r.run_id for r in analyze(events).runs] == [run_id(2), run_id(3), run_id(1)]
 
 
 def test_a_resume_of_an_open_attempt_supersedes_its_try() -> None:
@@ -117,42 +111,6 @@ def test_the_model_is_the_same_in_any_layout(runs: list[list[rt.Event]], seed: i
         assert _same(
             [msgspec.to_builtins(t) for t in ts.tries], [msgspec.to_builtins(t) for t in base.tries]
         )
-
-
-# D4 (an intended change): lines of one seq that differ are all events of the
-# run, in the order of their canonical encoding, and where one value is kept
-# the last in that order stands. Today's fold keeps, field by field, the least
-# of them instead. The notes are the same (no file is read again for them);
-# these figures differ from today's on the conflict cases, and only there.
-D4_DIFFERS = {
-    "seal-or-sync": set(),
-    "last-event-time": {"stop_time", "downtime_s", "thrown_away_s", "lost_s", "lost_steps_s"},
-    "dispatch-time": {"thrown_away_s", "lost_s"},
-    "seal-of-another-attempt": {"redone_s", "lost_s"},
-    "snapshot-captured-at": {"captured_at", "redone", "redone_s", "lost_s"},
-    "step-number": {"lost_steps"},
-    "restore-path": set(),
-    "three-versions": {"stop_time", "downtime_s", "thrown_away_s", "lost_s", "lost_steps_s"},
-    "two-writers": {"stop_time", "downtime_s", "thrown_away_s", "lost_s", "lost_steps_s"},
-}
-
-
-@pytest.mark.parametrize(("files", "seqs"), [p.values for p in CONFLICTS], ids=D4_DIFFERS)
-def test_conflicting_copies_differ_from_today_only_where_d4_says(
-    tmp_path: Path, files: list[list[Any]], seqs: list[int]
-) -> None:
-    paths = [str(p) for p in _conflict_set(tmp_path, files)]
-    new, old = _model_json(analyze(paths)), _cost_json(paths)
-    assert _same(new["notes"], old["notes"])
-    assert any(n["kind"] == "conflicting_copies" for n in new["notes"])
-    [n_stop] = new["stops"]
-    [o_stop] = old["stops"]
-    differs = {k for k in n_stop if not _same(n_stop[k], o_stop[k])}
-    case = next(c for c, p in zip(D4_DIFFERS, CONFLICTS, strict=True) if p.values[0] is files)
-    assert differs == D4_DIFFERS[case]
-    # And the model's answer is one, whatever the order of the files.
-    again = _model_json(analyze(paths[::-1]))
-    assert _same(again["stops"], new["stops"])
 
 
 @settings(max_examples=30, deadline=None, database=None, derandomize=True)

@@ -83,26 +83,23 @@ _BIG_UNKNOWN = (
 
 
 @pytest.mark.parametrize(
-    ("data", "lean"),
+    "data",
     [
         # Read by the block decoder before: its pieces, the block's array and the event.
-        (_BIG_KNOWN, False),
-        (_BIG_KNOWN, True),
+        _BIG_KNOWN,
         # Refused by the block decoder, read by decode_one.
-        (HEAD + _BIG_UNKNOWN + TAIL, False),
+        HEAD + _BIG_UNKNOWN + TAIL,
     ],
-    ids=["known", "known-lean", "unknown"],
+    ids=["known", "unknown"],
 )
 @pytest.mark.parametrize("gz", [False, True], ids=["jsonl", "gzip"])
-def test_a_long_line_costs_its_text_and_its_event(
-    tmp_path: Path, data: bytes, lean: bool, gz: bool
-) -> None:
+def test_a_long_line_costs_its_text_and_its_event(tmp_path: Path, data: bytes, gz: bool) -> None:
     path = tmp_path / ("t.jsonl.gz" if gz else "t.jsonl")
     path.write_bytes(gzip.compress(data, 1) if gz else data)
-    list(iter_blocks(path, None, lean=lean))  # decoders and caches are built once, first
+    list(iter_blocks(path, None))  # decoders and caches are built once, first
     tracemalloc.start()
     try:
-        count = sum(len(events) for _, events, _ in iter_blocks(path, None, lean=lean))
+        count = sum(len(events) for _, events, _ in iter_blocks(path, None))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -132,27 +129,26 @@ INVALID = b'{"event":"attempt_sealed","time":1.5,"run_id":"' + RID.encode() + b'
 
 
 @pytest.mark.parametrize(
-    ("line", "lean"),
+    "line",
     [
         # A user's event, kept as an UnknownEvent: every one went through an exception.
-        (UNKNOWN, False),
-        (UNKNOWN, True),
+        UNKNOWN,
         # A built-in event missing its fields, skipped.
-        (INVALID, False),
+        INVALID,
         # Not JSON at all.
-        (b"garbage\n", True),
+        b"garbage\n",
     ],
-    ids=["unknown", "unknown-lean", "invalid", "garbage"],
+    ids=["unknown", "invalid", "garbage"],
 )
-def test_reading_leaves_no_garbage_cycles(tmp_path: Path, line: bytes, lean: bool) -> None:
+def test_reading_leaves_no_garbage_cycles(tmp_path: Path, line: bytes) -> None:
     path = tmp_path / "t.jsonl"
     path.write_bytes(HEAD + line * 3000 + TAIL)
     problems: list[ReadProblem] = []
-    list(iter_blocks(path, None, lean=lean))  # decoders and caches are built once, first
+    list(iter_blocks(path, None))  # decoders and caches are built once, first
     gc.collect()
     gc.disable()  # as `rollout-trace cost` does while it folds
     try:
-        events = [ev for _, block, _ in iter_blocks(path, problems, lean=lean) for ev in block]
+        events = [ev for _, block, _ in iter_blocks(path, problems) for ev in block]
         left = gc.collect()
     finally:
         gc.enable()

@@ -1,9 +1,8 @@
 """One verdict per line, whatever decodes it and whatever lines sit next to it.
 
-A line in a block of good lines is decoded by the block decoder, real or
-lean (``iter_blocks(..., lean=True)``, what ``cost`` reads with); next to a
-bad line, or alone, by ``decode_one``. All three must read a line or skip
-it alike, with the same envelope (README: Reference > Wire format).
+A line in a block of good lines is decoded by the block decoder; next to a
+bad line, or alone, by ``decode_one``. Both must read a line or skip it alike,
+with the same envelope (README: Reference > Wire format).
 """
 
 from __future__ import annotations
@@ -69,13 +68,12 @@ def _verdicts(folder: Path, raw: bytes) -> dict[str, Verdict]:
     path = folder / "t.jsonl"
     path.write_bytes(BEFORE + raw + b"\n" + AFTER)
     out: dict[str, Verdict] = {"decode_one": _verdict(decode_one(raw)[0])}
-    for name, lean in (("block", False), ("lean block", True)):
-        found: Verdict = None
-        for _, events, numbers in iter_blocks(path, [], lean=lean):
-            for number, ev in zip(numbers, events, strict=True):
-                if number == AROUND + 1:
-                    found = _verdict(ev)
-        out[name] = found
+    found: Verdict = None
+    for _, events, numbers in iter_blocks(path, []):
+        for number, ev in zip(numbers, events, strict=True):
+            if number == AROUND + 1:
+                found = _verdict(ev)
+    out["block"] = found
     return out
 
 
@@ -104,9 +102,9 @@ STEP = next(i for i, e in enumerate(SAMPLES) if isinstance(e, rt.StepTrained))
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
-        # An abandon reason that is not one of the five (lean once took it).
+        # An abandon reason that is not one of the five.
         (_edit(ABANDONED, reason="oops"), "Invalid enum value 'oops'"),
-        # A required field left out (lean once did without it).
+        # A required field left out.
         (_edit(ABANDONED, group_id=_DROP), "missing required field `group_id`"),
         # A negative seq: the block refused it and decode_one took it.
         (_edit(ABANDONED, seq=-5), "seq -5 is negative"),
@@ -126,7 +124,7 @@ STEP = next(i for i, e in enumerate(SAMPLES) if isinstance(e, rt.StepTrained))
     ],
 )
 def test_a_bad_line_is_skipped_by_every_decoder(tmp_path: Path, raw: bytes, reason: str) -> None:
-    assert _verdicts(tmp_path, raw) == {"decode_one": None, "block": None, "lean block": None}
+    assert _verdicts(tmp_path, raw) == {"decode_one": None, "block": None}
     why = decode_one(raw)[1]
     assert why is not None and reason in why
 
@@ -242,15 +240,14 @@ def _file(*parts: bytes | list[bytes]) -> bytes:
         (_file(BEFORE, [TWO_SINKS, BRACES + b"\r"], AFTER), []),
     ],
 )
-@pytest.mark.parametrize("lean", [False, True], ids=["block", "lean-block"])
 @pytest.mark.parametrize("gz", [False, True], ids=["jsonl", "gzip"])
 def test_a_line_that_is_not_one_object_is_skipped_whatever_its_neighbours(
-    tmp_path: Path, data: bytes, skipped: list[int], lean: bool, gz: bool
+    tmp_path: Path, data: bytes, skipped: list[int], gz: bool
 ) -> None:
     path = tmp_path / ("t.jsonl.gz" if gz else "t.jsonl")
     path.write_bytes(gzip.compress(data) if gz else data)
     problems: list[rt.ReadProblem] = []
-    read = [n for _, _, numbers in iter_blocks(path, problems, lean=lean) for n in numbers]
+    read = [n for _, _, numbers in iter_blocks(path, problems) for n in numbers]
     assert [p.line for p in problems] == skipped
     assert read == [n for n in range(1, data.count(b"\n") + 1) if n not in skipped]
 
@@ -316,7 +313,6 @@ def _alone(raw: bytes) -> bool:
     split=st.integers(0, 2 * AROUND),
     at=st.integers(0, 1 << 16),
     drop_comma=st.booleans(),
-    lean=st.booleans(),
 )
 def test_two_objects_on_a_line_and_one_over_two_lines_get_their_own_verdicts(
     picks: list[int],
@@ -325,7 +321,6 @@ def test_two_objects_on_a_line_and_one_over_two_lines_get_their_own_verdicts(
     split: int,
     at: int,
     drop_comma: bool,
-    lean: bool,
 ) -> None:
     # One line holding two events and, anywhere in the block, an event broken
     # over two lines at a place JSON allows whitespace: as many events as lines.
@@ -344,6 +339,6 @@ def test_two_objects_on_a_line_and_one_over_two_lines_get_their_own_verdicts(
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "t.jsonl"
         path.write_bytes(text)
-        read = {n for _, _, numbers in iter_blocks(path, [], lean=lean) for n in numbers}
+        read = {n for _, _, numbers in iter_blocks(path, []) for n in numbers}
     alone = {n for n, raw in enumerate(text.split(b"\n")[:-1], 1) if _alone(raw)}
     assert read == alone

@@ -18,8 +18,8 @@ from headless import CHROMIUM, Page
 from scenario import disp, make_run, restore, seal, snapshot, step
 
 import rollout_trace as rt
-from rollout_trace._analysis.cost import CostAnalysis
-from rollout_trace._analysis.figures import FIGURES
+from rollout_trace._model.stops import FIGURES
+from rollout_trace._model.traceset import analyze
 from rollout_trace._timeline.chart import LEFT
 from rollout_trace._timeline.labels import text_box
 
@@ -385,9 +385,8 @@ def _read_twice(runs: int) -> list[rt.Event]:
 )
 def test_the_cost_notes_are_listed_under_the_stops(runs: int, listed: int) -> None:
     events = _read_twice(runs)
-    analysis = CostAnalysis()
-    analysis.add(events)
-    [stop] = analysis.stops()
+    analysis = analyze(events)
+    [stop] = analysis.stops
     assert stop.stopped_run is not None and len(analysis.notes) == runs
     page = rt.timeline_html(events)
     seen = _Visible()

@@ -22,8 +22,7 @@ from scenario import disp, make_run, restore, restored, run_id, snapshot, step
 import rollout_trace as rt
 from rollout_trace._timeline import labels
 from rollout_trace._timeline.document import document_of
-from rollout_trace._timeline.fold import build_timeline
-from rollout_trace._timeline.model import Timeline
+from rollout_trace._timeline.model import Timeline, build_timeline
 from rollout_trace._timeline.page import html_of
 
 TIMELINE = str(Path(labels.__file__).parent)
