@@ -29,7 +29,6 @@ from .terms import (
     ABANDONED,
     DISPATCHED,
     END_OF_KIND,
-    REFUSED,
     RESTORE_FINISHED,
     RESTORE_STARTED,
     RESUMED,
@@ -102,31 +101,6 @@ class Tries:
     def __len__(self) -> int:
         return len(self.attempt)
 
-    def append(self, ev: Any, kind: int, seq: int, t: float) -> int:
-        """Add a try begun by ``ev`` (a start, or an end with no start); its index."""
-        i = len(self.attempt)
-        self.prompt_id.append(ev.prompt_id)
-        self.generation_index.append(ev.generation_index)
-        self.attempt.append(ev.attempt)
-        self.group_id.append(ev.group_id)
-        started = kind in (DISPATCHED, RESUMED)
-        self.start_kind.append(kind if started else 0)
-        self.start_seq.append(seq if started else -1)
-        self.start_time.append(t if started else math.nan)
-        self.end_kind.append(EndKind.OPEN)
-        self.end_seq.append(-1)
-        self.end_time.append(math.nan)
-        self.reason.append(None)
-        self.weight_version.append(ev.weight_version if kind == DISPATCHED else None)
-        self.turn.append(ev.turn if kind == RESUMED else None)
-        return i
-
-    def end(self, i: int, ev: Any, kind: int, seq: int, t: float) -> None:
-        self.end_kind[i] = END_OF_KIND[kind]
-        self.end_seq[i] = seq
-        self.end_time[i] = t
-        self.reason[i] = ev.reason if kind in (REFUSED, ABANDONED) else None
-
     def started(self, i: int) -> bool:
         return self.start_kind[i] != 0
 
@@ -185,6 +159,7 @@ class TryPass:
         )
         last_start, last_seal, resumed = sib.last_start, sib.last_seal, sib.resumed
         nan = math.nan
+        superseded_at = tries.superseded_at
         n = len(tries.attempt)
         for i in where:
             kind = kinds[i]
@@ -195,13 +170,13 @@ class TryPass:
             if kind <= RESUMED:  # a start
                 j = open_.get(key)
                 if j is not None:
-                    end_kind[j] = EndKind.SUPERSEDED
-                    tries.superseded_at[j] = t
+                    end_kind[j] = _SUPERSEDED
+                    superseded_at[j] = t
                 open_[key] = j = n
                 n += 1
                 t_p(p), t_g(g), t_a(a), t_gid(ev.group_id)
                 t_sk(kind), t_ss(seq), t_st(t)
-                t_ek(EndKind.OPEN), t_es(-1), t_et(nan), t_r(None)
+                t_ek(_OPEN), t_es(-1), t_et(nan), t_r(None)
                 if kind == DISPATCHED:
                     t_wv(ev.weight_version), t_turn(None)
                 else:
@@ -216,10 +191,10 @@ class TryPass:
                 n += 1
                 t_p(p), t_g(g), t_a(a), t_gid(ev.group_id)
                 t_sk(0), t_ss(-1), t_st(nan)
-                t_ek(EndKind.OPEN), t_es(-1), t_et(nan), t_r(None), t_wv(None), t_turn(None)
+                t_ek(_OPEN), t_es(-1), t_et(nan), t_r(None), t_wv(None), t_turn(None)
                 if kind == SEALED:
                     sib.began[j] = latest.get(key, nan)
-            end_kind[j] = END_OF_KIND[kind]
+            end_kind[j] = _END_OF_KIND[kind]
             end_seq[j] = seq
             end_time[j] = t
             if kind == SEALED:
@@ -227,6 +202,10 @@ class TryPass:
             else:
                 reason[j] = ev.reason
 
+
+# Plain ints in the loop: an enum member's lookup costs some 70 ns.
+_OPEN, _SUPERSEDED = int(EndKind.OPEN), int(EndKind.SUPERSEDED)
+_END_OF_KIND = {k: int(v) for k, v in END_OF_KIND.items()}
 
 # Kind code -> 1 for the attempt kinds, else 0 (``bytes.translate``).
 _ATTEMPT_FLAGS = bytes(1 if DISPATCHED <= k <= ABANDONED else 0 for k in range(256))
