@@ -55,6 +55,8 @@ class Collector:
 
     def __init__(self, *, lines: bool = False) -> None:
         self.files: list[str] = []
+        # One string object per distinct run id and group id.
+        self._names: dict[str, str] = {}
         self._file_index: dict[str, int] = {}
         # run id -> (events, the file index of each)
         self.runs: dict[str, tuple[list[Any], array[int]]] = {}
@@ -76,6 +78,7 @@ class Collector:
             held = self.runs.get(run_id)
             if held is None:
                 held = self.runs[run_id] = ([], array("i"))
+            self._share(evs, run_id)
             held[0].extend(evs)
             held[1].extend(
                 srcs if identity else array("i", [remap[s] if s >= 0 else s for s in srcs])
@@ -104,6 +107,7 @@ class Collector:
             held = runs.get(only)
             if held is None:
                 held = runs[only] = ([], array("i"))
+            self._share(events, only)
             held[0].extend(events)
             held[1].extend(array("i", [src]) * len(events))
             return
@@ -120,6 +124,19 @@ class Collector:
                 evs, srcs = held
             evs.append(ev)
             srcs.append(src)
+
+    def _share(self, events: Sequence[Any], run_id: str) -> None:
+        """Make the events of one run hold one string object for their run id and
+        one per group id: a decoder makes one per line (some 80 bytes each)."""
+        names = self._names
+        for ev in events:
+            try:
+                ev.run_id = run_id
+                g = getattr(ev, "group_id", None)
+                if type(g) is str:
+                    ev.group_id = names.setdefault(g, g)
+            except AttributeError:  # a user's frozen class: kept as it is
+                pass
 
     def _add_lines(self, events: Iterable[Any], src: int, lines: Iterable[int] | None) -> None:
         """``add``, with the line of each event kept too."""

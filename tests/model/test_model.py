@@ -131,3 +131,31 @@ def test_a_pass_fed_in_segments_is_the_pass_over_the_whole_run(
         assert parts.sib.last_start == whole.sib.last_start
         assert parts.sib.last_seal == whole.sib.last_seal
         assert parts.sib.resumed == whole.sib.resumed
+
+
+def test_a_run_read_from_a_file_holds_one_string_per_run_id_and_group_id(tmp_path: Any) -> None:
+    # A decoder makes a string a line; the model keeps one per name (memory).
+    timed = [(101.0 + i, (disp if i % 2 == 0 else seal)(i // 10, i // 2 % 5)) for i in range(100)]
+    lines = make_run(7, 100.0, timed, closed=300.0)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(msgspec.json.encode(ev) + b"\n" for ev in lines))
+    (run,) = analyze(str(path)).runs
+    events = run.events.events
+    assert len(events) == len(lines) == 102
+    assert len({id(ev.run_id) for ev in events}) == 1
+    groups = [ev.group_id for ev in events if hasattr(ev, "group_id")]
+    assert len({id(g) for g in groups}) == len(set(groups)) == 10
+
+
+def test_events_of_a_frozen_class_are_taken_as_they_are() -> None:
+    class Frozen(rt.Event, frozen=True, tag="model_frozen_note"):
+        note: str
+
+    lines = make_run(8, 100.0, [(101.0, disp(1, 0))])
+    rid = lines[0].run_id
+    lines.insert(1, Frozen(note="x", time=100.5, run_id=rid, seq=1))
+    lines[2] = msgspec.structs.replace(lines[2], seq=2)
+    ts = analyze(lines)
+    kinds = [type(ev) for ev in ts.runs[0].events.events]
+    assert kinds == [rt.TraceOpened, Frozen, rt.AttemptDispatched]
+    assert len(ts.runs[0].tries) == 1
