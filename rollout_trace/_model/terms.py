@@ -177,17 +177,24 @@ def is_sealed(end: EndKind) -> bool:
     return end == EndKind.SEALED
 
 
-def outcome_of(end: EndKind, reason: str | None) -> str:
-    """The tables' outcome of a try that ended as ``end`` (``reason``: an abandon's)."""
-    if end == EndKind.SEALED:
-        return "sealed"
-    if end == EndKind.REFUSED:
-        return "refused"
-    if end == EndKind.ABANDONED:
-        if reason == "restart":
-            return "abandoned_restart"
-        return reason if reason in OUTCOMES else "dropped"
-    return "unended"
+# The outcome of every end but an abandon's, which its reason tells.
+_PLAIN_OUTCOME = {
+    int(EndKind.OPEN): "unended",
+    int(EndKind.SEALED): "sealed",
+    int(EndKind.REFUSED): "refused",
+    int(EndKind.SUPERSEDED): "unended",
+}
+
+
+def outcome_of(end: int, reason: str | None) -> str:
+    """The tables' outcome of a try that ended as ``end`` (an ``EndKind``;
+    ``reason``: an abandon's)."""
+    plain = _PLAIN_OUTCOME.get(end)
+    if plain is not None:
+        return plain
+    if reason == "restart":
+        return "abandoned_restart"
+    return reason if reason in OUTCOMES else "dropped"
 
 
 def run_order_key(opened_at: float | None, first_time: float, run_id: str) -> tuple[float, str]:

@@ -105,7 +105,7 @@ class Tries:
         return self.start_kind[i] != 0
 
     def outcome(self, i: int) -> str:
-        return outcome_of(EndKind(self.end_kind[i]), self.reason[i])
+        return outcome_of(self.end_kind[i], self.reason[i])
 
     def sibling(self, i: int) -> SiblingKey:
         return (self.prompt_id[i], self.generation_index[i])
@@ -283,4 +283,4 @@ class Run:
 
     def is_open(self, i: int) -> bool:
         """Whether try ``i`` is open at the run's last event (``terms.is_open``)."""
-        return EndKind(self.tries.end_kind[i]) == EndKind.OPEN
+        return self.tries.end_kind[i] == _OPEN

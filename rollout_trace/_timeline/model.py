@@ -295,6 +295,10 @@ def _last_time(ev: RunEvents) -> float:
     return t
 
 
+# Plain ints: an enum member's lookup costs some 70 ns, a conversion 1 us.
+_OPEN, _SUPERSEDED = int(terms.EndKind.OPEN), int(terms.EndKind.SUPERSEDED)
+
+
 def run_line(run: Run, fates: dict[tuple[int, int], tuple[str, int]]) -> RunLine:
     ev = run.events
     last_time = _last_time(ev)
@@ -311,11 +315,11 @@ def run_line(run: Run, fates: dict[tuple[int, int], tuple[str, int]]) -> RunLine
     attempts = []
     for i in range(len(t)):
         started = t.started(i)
-        end = terms.EndKind(t.end_kind[i])
+        end = t.end_kind[i]
         start = t.start_time[i] if started else t.end_time[i]
-        if end == terms.EndKind.OPEN:
+        if end == _OPEN:
             stop = max(last_time, start)
-        elif end == terms.EndKind.SUPERSEDED:
+        elif end == _SUPERSEDED:
             stop = t.superseded_at[i]
         else:
             stop = t.end_time[i]
@@ -337,7 +341,7 @@ def run_line(run: Run, fates: dict[tuple[int, int], tuple[str, int]]) -> RunLine
                 stop=number,
                 start_seq=t.start_seq[i],
                 end_seq=t.end_seq[i],
-                superseded=end == terms.EndKind.SUPERSEDED,
+                superseded=end == _SUPERSEDED,
             )
         )
     _sort_attempts(attempts)

@@ -10,11 +10,14 @@ from typing import Any
 import msgspec
 import pytest
 import timeline_data as td
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from perfetto_rules import check_trace_events
 from scenario import disp, make_run, seal, write
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
+from rollout_trace._timeline.document import MAX_US, us
 from rollout_trace._timeline.model import Attempt, pack_lanes
 
 EXAMPLE = Path(__file__).parents[1] / "data" / "example"
@@ -297,3 +300,17 @@ def test_the_document_carries_the_cost_notes(
     assert main(["timeline", str(path), "-o", str(out)]) == 0
     assert json.loads(out.read_text())["otherData"]["notes"] == notes
     assert rt.timeline_document(events)["otherData"]["notes"] == notes
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    t=st.one_of(
+        st.floats(1.0, 1e5),  # the tests' own small clocks
+        st.floats(5e8, 4.1e9),  # wall clocks, 1985 to 2100
+        st.floats(allow_nan=True, allow_infinity=True),
+    )
+)
+def test_a_ts_is_the_time_in_microseconds_rounded_to_three_places(t: float) -> None:
+    v = t * 1e6
+    want = round(v, 3) if 0.0 <= v <= MAX_US else (MAX_US if v > MAX_US else 0.0)
+    assert us(t) == want
