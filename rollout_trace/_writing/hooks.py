@@ -51,7 +51,9 @@ class _Forkable(Protocol):
 _open: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _enabled: weakref.WeakSet[Any] = weakref.WeakSet()
 # Reentrant: the SIGTERM handler may interrupt its own thread holding it.
+# Taken through _here(), never directly: in a forked child it is made anew.
 _lock = threading.RLock()
+_pid = [os.getpid()]  # the process the state below belongs to
 _registered_in: list[int] = []  # the pid whose exit hooks are in place
 _fork_hook = [False]
 _sigterm = [False]  # decided: installed, or the program has its own handler
@@ -66,9 +68,32 @@ _warned_thread: list[bool] = []  # said once: SIGTERM cannot be hooked from this
 logger = logging.getLogger("rollout_trace")
 
 
+def _here() -> threading.RLock:
+    """The lock of the hooks' state, which is this process's.
+
+    A child forked by something that runs no fork hooks (a C-level fork)
+    finds it here: a thread of the parent may have held the lock at the fork
+    (in the child nobody would ever release it), and the parent's open runs
+    are not the child's to close. Only called when a run opens or closes, at
+    exit and on SIGTERM: ``os.getpid()`` is a system call.
+    """
+    if _pid[0] != os.getpid():
+        _forget_the_parent()
+    return _lock
+
+
+def _forget_the_parent() -> None:
+    global _lock
+    _lock = threading.RLock()
+    _open.clear()
+    _deferred_since.clear()
+    _handling.clear()
+    _pid[0] = os.getpid()
+
+
 def track(tracer: _Closable) -> None:
     """``tracer`` has an open run, to close at exit or on SIGTERM."""
-    with _lock:
+    with _here():
         _open[tracer] = threading.get_ident()
     prepare(opening=True)
 
@@ -85,7 +110,7 @@ def prepare(*, opening: bool = False) -> None:
     if not _sigterm[0]:
         _close_on_sigterm(warn=opening)
     pid = os.getpid()
-    with _lock:
+    with _here():
         if _registered_in == [pid]:
             return
         first = not _registered_in
@@ -96,7 +121,7 @@ def prepare(*, opening: bool = False) -> None:
 
 
 def untrack(tracer: _Closable) -> None:
-    with _lock:
+    with _here():
         _open.pop(tracer, None)
 
 
@@ -110,7 +135,7 @@ def track_enabled(tracer: _Forkable) -> None:
 
 
 def _tracked() -> list[tuple[Any, int]]:
-    with _lock:
+    with _here():
         return list(_open.items())
 
 
@@ -137,9 +162,7 @@ def close_all() -> None:
 def _after_fork_in_child() -> None:
     for tracer in list(_enabled):
         tracer.after_fork()
-    _open.clear()
-    _deferred_since.clear()
-    _handling.clear()
+    _forget_the_parent()
 
 
 def _close_at_multiprocessing_exit() -> None:

@@ -75,6 +75,10 @@ _GAP_MAX = 0.1
 _RUNNING = (State.OPENING, State.OPEN)
 
 
+def _no_limit(value: int) -> None:
+    """``_set_limit`` before the first run has its own (an open cut short before it had one)."""
+
+
 def _frozen_event(ev: object) -> TypeError:
     return TypeError(
         f"emit() cannot stamp the envelope of a frozen event ({type(ev).__qualname__}); "
@@ -85,10 +89,13 @@ def _frozen_event(ev: object) -> TypeError:
 class EmitReport:
     """Says each kind of trouble once per run, and counts emits outside a run."""
 
-    __slots__ = ("_outside", "_said")
+    __slots__ = ("_outside", "_said", "lost_at_fork")
 
     def __init__(self) -> None:
         self._said: set[str] = set()
+        # A child forked without fork hooks may have lost events it could not
+        # count (see ``_TracerCore._forked``).
+        self.lost_at_fork = False
         # Emits made while no run was open (before the first open, after a
         # close): no trace_closed counts them. A count is atomic from threads.
         self._outside = itertools.count()
@@ -266,6 +273,7 @@ class _TracerCore:
             return
         self._lock = threading.RLock()
         self.emit = self._emit_idle
+        self._set_limit = _no_limit
         hooks.track_enabled(self)
 
     # --- what every tracer shows ----------------------------------------------
@@ -295,7 +303,7 @@ class _TracerCore:
         """This run's counts so far, as ``trace_closed`` gives them (zeros before the open)."""
         outside = self._report.outside_run
         run: WriterRun | None = getattr(self, "_run", None)
-        if self._state is State.NEW or run is None or run.open_error:
+        if self._state is State.NEW or run is None or run.open_error or self._parents(run):
             return TraceCounts(outside_run=outside)
         unnumbered = max(0, peek_count(run.drops) - run.drops_folded)
         return run.engine.counts(run.emitted_so_far(), outside, unnumbered)
@@ -305,15 +313,20 @@ class _TracerCore:
         name = type(self).__name__
         return f"<rollout_trace.{name} {self.state} run_id={self.run_id} sinks=[{uris}]>"
 
+    @staticmethod
+    def _parents(run: WriterRun) -> bool:
+        """Whether ``run`` is another process's (this one is a forked child)."""
+        return run.engine.pid != os.getpid()
+
     def _settled(self) -> bool:
         """``flush()``'s answer when no run is open: was nothing emitted lost?"""
         if not self._config.enabled:
             return True
-        if self._report.outside_run:
+        if self._report.outside_run or self._report.lost_at_fork:
             return False
         run: WriterRun | None = getattr(self, "_run", None)
-        if self._state is State.NEW or run is None:  # no run yet (or closed before one)
-            return True
+        if self._state is State.NEW or run is None or self._parents(run):
+            return True  # no run yet (or closed before one; or a forked child's)
         final = run.engine.final
         return final is not None and final.dropped == 0 and not any(t.error for t in final.sinks)
 
@@ -359,7 +372,7 @@ class _TracerCore:
             # to sleep between this read and the event's arrival.
             n = len(queue)
             if n == 1 or urgent or not n % batch_size:
-                wake(n, urgent)
+                wake(n, urgent, ev)
 
         def set_limit(value: int) -> None:
             nonlocal limit
@@ -367,13 +380,19 @@ class _TracerCore:
 
         return emit, set_limit
 
-    def _wake(self, run: WriterRun, n: int, urgent: bool) -> None:
+    def _wake(self, run: WriterRun, n: int, urgent: bool, ev: Event) -> None:
+        if self._forked(kept=1):
+            # A child forked without fork hooks (a C-level fork): the parent's
+            # writer is not here to wake or to hand anything over to. This
+            # event is counted as outside any run, as every later one is.
+            self.emit(ev)
+            return
         if urgent:
             run.urgent = True
         behind = n > self._config.buffer // 2
         if n > self._config.batch_size and self._starved(run, behind):
             self._hand_over(run, self._switch if behind else 0.0, self._config.buffer // 4)
-        elif not run.wake_flag.is_set() and not self._forked():
+        elif not run.wake_flag.is_set():
             run.woken_at = time.monotonic()
             run.wake_flag.set()
 
@@ -425,7 +444,9 @@ class _TracerCore:
             run.gap = min(_GAP_MAX, max(run.gap * 2, 0.01))
 
     def _on_full(self, run: WriterRun) -> None:
-        if run is self._run and self._state in _RUNNING:
+        # (A forked child whose copy of the queue is full wakes no writer: it
+        # notices here.)
+        if run is self._run and self._state in _RUNNING and not self._forked():
             # Dropped; the writer gives it a seq of the run, never written,
             # so trace_closed counts it.
             next(run.drops)
@@ -450,42 +471,68 @@ class _TracerCore:
     def _open_lazily(self) -> None:
         """The sync tracer opens on its first emit; the async one only by ``async with``."""
 
-    def _forked(self) -> bool:
-        """In a child forked by something that runs no fork hooks: start over here.
+    def _forked(self, kept: int = 0) -> bool:
+        """In a child forked by something that runs no fork hooks (a C-level
+        fork): the parent's run is not this process's; the tracer goes quiet.
 
-        Checked when the writer is woken, at flush and at close rather than at
-        every emit: ``os.getpid()`` is a system call.
+        Checked at every emit that wakes the writer (one that starts or fills
+        a batch, an urgent one), at flush and at close rather than at every
+        emit: ``os.getpid()`` is a system call; and before any lock is taken,
+        since a thread of the parent may have held it at the fork.
+
+        The tracer starts no thread here by itself: CPython does not make
+        itself ready for threads in such a child (one started there can hang
+        it for good), so no run opens lazily (``open()`` still opens one), and
+        emits are counted in ``counts.outside_run``, quietly (the parent's
+        threads may have held the logging module's locks). What the child
+        emitted before it noticed is in the queue it copied, behind the
+        parent's waiting events, and cannot be told from them: it is lost
+        uncounted, and ``flush()`` says ``False`` while no run is open.
+        ``kept``: events at the queue's end that the caller counts itself.
         """
-        if self._state in (*_RUNNING, State.CLOSING) and os.getpid() != self._pid:
-            self.after_fork()
-            return True
-        return False
+        if self._state not in (*_RUNNING, State.CLOSING) or os.getpid() == self._pid:
+            return False
+        self._lock = threading.RLock()  # (see after_fork)
+        queue = self._run.queue
+        if len(queue) > kept:
+            # Events (not marks) queued before the caller's: maybe the child's.
+            unknown = sum(1 for item in list(queue) if isinstance(item, Event))
+            self._report.lost_at_fork = self._report.lost_at_fork or unknown > kept
+        self._report.quiet("closed")
+        self._leave_the_parents_run(State.CLOSED)
+        return True
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's run; open a new one on the first emit."""
         # Another thread of the parent may have held the lock at the fork (it
-        # was opening this tracer): in the child nobody would ever release it.
+        # was opening this tracer, or it was the writer): in the child nobody
+        # would ever release it.
         self._lock = threading.RLock()
         if self._state in (State.NEW, State.CLOSED):
             return
+        self._leave_the_parents_run(State.NEW)
+
+    def _leave_the_parents_run(self, state: State) -> None:
         # The parent's queue, threads and sinks are left untouched: closing
         # them here could write the parent's data a second time. An emit kept
         # from the parent's run counts its events as outside any run.
         self._set_limit(0)
-        self._state = State.NEW
+        self._state = state
         self.run_id = None
         self.emit = self._emit_idle
 
     # --- opening ------------------------------------------------------------
 
-    def _start(self, *, waited: bool) -> WriterRun:
-        """A new run: its queue takes events at once; its writer thread opens the sinks.
+    def _new_run(self, *, waited: bool) -> WriterRun:
+        """A run not started yet. ``waited``: the caller waits for the open and
+        raises what fails; otherwise (a lazy open) a failure is logged, once."""
+        return WriterRun(Engine(self._config, direct=True), waited)
 
-        ``waited``: the caller waits for the open and raises what fails;
-        otherwise (a lazy open) a failure is logged, once.
-        """
-        engine = Engine(self._config, direct=True)
-        run = WriterRun(engine, waited)
+    def _start(self, run: WriterRun) -> None:
+        """Make ``run`` the tracer's: its queue takes events at once; its writer
+        thread opens the sinks. Called with the lock held; a caller interrupted
+        in here (Ctrl-C) undoes it with ``_abort_open``."""
+        engine = run.engine
         self._run = run
         self._pid = engine.pid
         self._switch = sys.getswitchinterval()
@@ -493,7 +540,7 @@ class _TracerCore:
         self.run_id = engine.run_id
         self.emit, self._set_limit = self._make_emit()
         # Events are queued from now on; the run is "open" once its sinks are.
-        self._state = State.OPENING if waited else State.OPEN
+        self._state = State.OPENING if run.waited else State.OPEN
         thread = threading.Thread(
             target=self._writer,
             args=(run,),
@@ -506,9 +553,8 @@ class _TracerCore:
         except RuntimeError as exc:  # a thread limit, or the interpreter shutting down
             uris = ", ".join(self._config.uris)
             self._fail_open(run, SinkOpenError(uris, f"cannot start the writer thread: {exc}"))
-            return run
+            return
         hooks.track(self)
-        return run
 
     def _opening(self, run: WriterRun) -> Steps[None]:
         """Wait for the writer thread to open the sinks; raise what it could not open."""
@@ -555,6 +601,20 @@ class _TracerCore:
         self._release_marks(run, forget=True)
         return True
 
+    def _abort_open(self, run: WriterRun, exc: BaseException) -> bool:
+        """An open interrupted part way (Ctrl-C) ends its run here: the tracer is
+        left closed, never half-open (``opening`` for good, or a run whose
+        writer thread never started, which a close would wait for in vain).
+
+        ``False`` if the writer thread had opened the sinks already: the run is
+        then served as any other (tracked, so that exit closes it), and the
+        caller closes it or keeps it.
+        """
+        if self._fail_open(run, exc):
+            return True
+        hooks.track(self)  # (the interruption may have come before it)
+        return False
+
     # --- flushing -----------------------------------------------------------
 
     def _flushing(self, timeout: float | None) -> Steps[bool]:
@@ -588,8 +648,8 @@ class _TracerCore:
         of the close under way, if one is (begun by another thread)."""
         if not self._config.enabled:
             return None
+        self._forked()  # before the lock: in a forked child, the parent's may be held
         with self._lock:
-            self._forked()
             if self._state is State.NEW:
                 # Closed before it ever opened: a later emit opens nothing.
                 self._state = State.CLOSED
@@ -877,18 +937,27 @@ class SyncTracer(_TracerCore):
         """
         if not self._config.enabled:
             return self
-        while True:
-            with self._lock:
-                if self._state is State.CLOSING:
-                    mark = self._run.close_mark
-                elif self._state in (State.NEW, State.CLOSED):
-                    run = self._start(waited=True)
-                    break
-                else:
-                    return self
-            if mark is not None:
-                self.finish_close(mark)
-        drive_blocking(run.engine, self._opening(run))
+        run: WriterRun | None = None
+        try:
+            while True:
+                with self._lock:
+                    if self._state is State.CLOSING:
+                        mark = self._run.close_mark
+                    elif self._state in (State.NEW, State.CLOSED):
+                        run = self._new_run(waited=True)
+                        self._start(run)
+                        break
+                    else:
+                        return self
+                if mark is not None:
+                    self.finish_close(mark)
+            drive_blocking(run.engine, self._opening(run))
+        except BaseException as exc:
+            # Ctrl-C (or a sink's failure) part way: the tracer ends closed,
+            # and open() starts a new run.
+            if run is not None and not self._abort_open(run, exc):
+                self.close()
+            raise
         return self
 
     def __enter__(self) -> SyncTracer:
@@ -905,7 +974,12 @@ class SyncTracer(_TracerCore):
     def _open_lazily(self) -> None:
         with self._lock:
             if self._state is State.NEW:
-                self._start(waited=False)
+                run = self._new_run(waited=False)
+                try:
+                    self._start(run)
+                except BaseException as exc:  # Ctrl-C in the emit that opens
+                    self._abort_open(run, exc)
+                    raise
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every event emitted before the call, from any thread, is written.
@@ -958,19 +1032,21 @@ class Tracer(_TracerCore):
     async def __aenter__(self) -> Tracer:
         if not self._config.enabled:
             return self
-        with self._lock:
-            if self._state in (*_RUNNING, State.CLOSING):
-                raise TracerStateError(
-                    f"this tracer is already {self._state.value} (one `async with` at a time; "
-                    "share the open tracer between tasks instead)"
-                )
-            run = self._start(waited=True)
+        run: WriterRun | None = None
         try:
+            with self._lock:
+                if self._state in (*_RUNNING, State.CLOSING):
+                    raise TracerStateError(
+                        f"this tracer is already {self._state.value} (one `async with` at a "
+                        "time; share the open tracer between tasks instead)"
+                    )
+                run = self._new_run(waited=True)
+                self._start(run)
             await drive_async(run.engine, self._opening(run), patient=False)
         except BaseException as exc:
-            # Cancelled while the sinks open: the writer thread discards them,
-            # or, if they opened meanwhile, the run is closed here.
-            if not self._fail_open(run, exc):
+            # Cancelled (or Ctrl-C) while the sinks open: the writer thread
+            # discards them, or, if they opened meanwhile, the run is closed here.
+            if run is not None and not self._abort_open(run, exc):
                 await self._close()
             raise
         return self

@@ -485,6 +485,124 @@ def test_forked_children_write_runs_of_their_own_and_the_parents_once(tmp_path: 
         assert [e["weight_version"] for e in run.events] == list(range(n))
 
 
+_C_FORK = """
+import asyncio, ctypes, json, os, sys, threading, time
+import rollout_trace as rt
+from rollout_trace._writing import engine, hooks
+
+KIND, PATH = sys.argv[1], sys.argv[2]
+# The writer thread stops inside its next batch, holding the tracer's lock
+# and the hooks' (as it holds them for a moment while it looks for a flush's
+# mark, or gives up a run that did not open), until the fork is made.
+armed, inside, go_on = [], threading.Event(), threading.Event()
+real_process = engine.Engine.process
+
+def process(self, *args, **kwargs):
+    if armed:
+        armed.clear()
+        with tracer._lock, hooks._lock:
+            inside.set()
+            go_on.wait()
+    return real_process(self, *args, **kwargs)
+
+engine.Engine.process = process
+
+def emit(first, n):
+    for i in range(first, first + n):
+        tracer.emit(rt.WeightsSynced(weight_version=i))
+
+def fork():
+    armed.append(True)
+    emit(10, 100)  # a full batch: the writer takes it and stops inside
+    inside.wait()
+    emit(110, 30)  # queued; the first woke the writer, which cannot clear it
+    # A fork that runs no at-fork hooks (PyDLL: with the GIL held, as os.fork
+    # calls fork(); CDLL lets it go, and another thread that takes it then
+    # leaves the child's GIL held by a thread that is not there).
+    return ctypes.PyDLL(None).fork()
+
+def in_the_child(counts, flushed):
+    print(json.dumps({"outside_run": counts.outside_run, "emitted": counts.emitted,
+                      "flushed": flushed, "state": tracer.state}), flush=True)
+    sys.exit(0)  # the block closes the tracer, then the exit hooks run
+
+def wait_for(pid):
+    go_on.set()
+    deadline = time.monotonic() + 30  # only a hung child takes this long
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return "hung"
+
+def in_the_parent(status):
+    print(json.dumps({"child": status, "run_id": tracer.run_id}), flush=True)
+
+if KIND == "sync":
+    with rt.sync_tracer(PATH, flush_interval=60, batch_size=100) as tracer:
+        emit(0, 10)
+        tracer.flush()
+        pid = fork()
+        if pid == 0:
+            emit(1000, 250)
+            in_the_child(tracer.counts, tracer.flush(timeout=5))
+        status = wait_for(pid)
+        emit(140, 100)
+else:
+    async def main():
+        global tracer
+        async with rt.tracer(PATH, flush_interval=60, batch_size=100) as tracer:
+            emit(0, 10)
+            await tracer.flush()
+            pid = fork()
+            if pid == 0:
+                emit(1000, 250)
+                in_the_child(tracer.counts, await tracer.flush())
+            status = wait_for(pid)
+            emit(140, 100)
+        return status
+    status = asyncio.run(main())
+in_the_parent(status)
+print(json.dumps(tracer.counts.written), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_child_forked_without_fork_hooks_exits_at_once_and_leaves_the_parent_whole(
+    kind: str, tmp_path: Path
+) -> None:
+    # A C-level fork (ctypes' fork(), a C extension's) runs none of Python's
+    # at-fork hooks. The child hung for good at exit: the exit hook waited for
+    # locks a thread of the parent held at the fork. And its emits went into
+    # the copy of the parent's queue, which nothing writes: uncounted, while
+    # flush() said True.
+    path = tmp_path / "shared.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-c", _C_FORK, kind, str(path)],
+        capture_output=True,
+        env=_env(),
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    child, parent, written = (json.loads(line) for line in proc.stdout.splitlines())
+    assert parent["child"] == 0, proc.stderr  # exited, and not hung
+    # The child notices at its first emit that fills a batch (100 in the
+    # queue, the parent's 30 included): that event and every later one are
+    # counted outside any run; the 69 before it cannot be told from the
+    # parent's, so flush() says False.
+    assert child == {"outside_run": 181, "emitted": 0, "flushed": False, "state": "closed"}
+    # The parent's run is whole and alone in the file: no line of the child's,
+    # torn or copied; its counts are the lines in the file.
+    run = only_run(path.read_bytes(), uri=str(path))
+    assert run.run_id == parent["run_id"]
+    assert run.closed is not None and run.closed["written"] == written == 240
+    assert [e["weight_version"] for e in run.events] == list(range(240))
+
+
 def test_a_multiprocessing_child_stopped_with_terminate_closes_its_run(tmp_path: Path) -> None:
     # Process.terminate() is SIGTERM; the child inherits the handler the
     # parent's first open installed.

@@ -9,12 +9,14 @@ wedging the suite; every file is checked line by line (``tracecheck``).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +25,8 @@ from samples import dispatched
 from tracecheck import check_runs, only_run
 
 import rollout_trace as rt
+from rollout_trace._writing import hooks, specs, tracers
+from sinks import MemorySink
 
 pytestmark = pytest.mark.timeout(120)
 T = TypeVar("T")
@@ -788,3 +792,114 @@ def test_a_close_that_gives_a_slow_lone_sink_up_counts_what_reached_it(
     # close mark is never taken for an event.
     assert not [m for m in messages if "hangs" in m or "longer than 2 s" in m], messages
     assert not [m for m in messages if "could not be encoded" in m], messages
+
+
+# --- 15. Ctrl-C while the tracer opens ----------------------------------------------------
+
+
+def _ctrl_c() -> None:
+    """A real Ctrl-C: SIGINT to the main thread (the test's), from any thread.
+    Sent from the main thread itself, it is raised in the call."""
+    main = threading.main_thread().ident
+    assert main is not None
+    signal.pthread_kill(main, signal.SIGINT)
+
+
+class CtrlCOpenSink(MemorySink):
+    """Ctrl-C comes while this sink opens (on the writer thread), which then
+    opens only once the test lets it (``go_on``); later opens are plain."""
+
+    go_on = threading.Event()
+
+    def open(self) -> None:
+        if not self.go_on.is_set():
+            _ctrl_c()
+            if not self.go_on.wait(60):
+                raise TimeoutError("the test never let the sink open")
+        super().open()
+
+
+CTRL_C_AT = [
+    # the writer thread opens the sinks, the opener waits for it
+    pytest.param("sink-open", id="while-the-sinks-open"),
+    # the run is the tracer's, its writer thread not started yet
+    pytest.param("thread-start", id="before-the-writer-starts"),
+    # the writer thread has started; the run is not tracked for exit yet
+    pytest.param("track", id="before-the-run-is-tracked"),
+    # the sinks are open, and open() is about to return
+    pytest.param("opened", id="after-the-sinks-opened"),
+]
+
+
+@pytest.mark.parametrize("at", CTRL_C_AT)
+def test_ctrl_c_while_opening_leaves_a_closed_tracer_that_opens_again(
+    at: str, monkeypatch: pytest.MonkeyPatch, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # Ctrl-C part way through open() left the tracer "opening" for good: a
+    # second open() did nothing, and close() waited the whole close_timeout
+    # for a writer thread that had never started (and warned that it gave
+    # the run up); the exit hook closed nothing of a run not yet tracked.
+    monkeypatch.setitem(
+        specs._registry(),
+        "ctrlcopen",
+        EntryPoint("ctrlcopen", "test_sync_lifecycle:CtrlCOpenSink", specs.ENTRY_POINT_GROUP),
+    )
+    go_on = threading.Event()
+    monkeypatch.setattr(CtrlCOpenSink, "go_on", go_on)
+    t = rt.sync_tracer("ctrlcopen://" if at == "sink-open" else "memory://", close_timeout=30)
+    if at == "thread-start":
+        real_start = threading.Thread.start
+
+        def start(self: threading.Thread) -> None:
+            if self.name.startswith("rollout_trace writer") and not go_on.is_set():
+                go_on.set()
+                _ctrl_c()
+            real_start(self)
+
+        monkeypatch.setattr(threading.Thread, "start", start)
+    if at == "track":
+        real_track = hooks.track
+
+        def track(tracer: Any) -> None:
+            if not go_on.is_set():
+                go_on.set()
+                _ctrl_c()
+            real_track(tracer)
+
+        monkeypatch.setattr(hooks, "track", track)
+    if at == "opened":
+        real_opening = tracers._TracerCore._opening
+
+        def opening(self: Any, run: Any) -> Any:
+            yield from real_opening(self, run)
+            if not go_on.is_set():
+                go_on.set()
+                _ctrl_c()
+
+        monkeypatch.setattr(tracers._TracerCore, "_opening", opening)
+    before = set(threading.enumerate())
+
+    with pytest.raises(KeyboardInterrupt):
+        t.open()
+    first_run, first_sinks = t.run_id, t.sinks
+    assert t.state == "closed"
+    assert t not in dict(hooks._tracked())  # the exit hook has nothing to wait for
+    go_on.set()  # the sink opens now, for a run given up: it is discarded
+    # The writer first: a thread it starts is started once it goes on.
+    for prefix in ("rollout_trace writer", "rollout_trace"):
+        for th in set(threading.enumerate()) - before:
+            if th.name.startswith(prefix):
+                th.join(60)  # only a failure takes long
+    assert not [th.name for th in set(threading.enumerate()) - before if th.is_alive()]
+    if at == "opened":  # opened before the Ctrl-C: closed, complete
+        run = only_run(first_sinks[0].getvalue())  # type: ignore[attr-defined]
+        assert run.run_id == first_run and run.closed is not None
+    t.close()  # nothing to close or wait for
+    assert t.state == "closed"
+    assert not trace_log.records, trace_log.text
+    t.open()  # a new run
+    assert t.state == "open" and t.run_id != first_run
+    t.emit(dispatched(0))
+    t.close()
+    run = only_run(t.sinks[0].getvalue())  # type: ignore[attr-defined]
+    assert run.run_id == t.run_id and run.closed is not None and run.closed["written"] == 1
