@@ -15,25 +15,38 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from differential.outputs import superseded
+from differential.outputs import gzip_damaged_files, superseded
 
-__all__ = ["D1", "D2", "D3", "D4", "CLOCK", "Expected", "Outcome", "expectations"]
+__all__ = ["D1", "D2", "D3", "D4", "CLOCK", "AsRead", "Expected", "Outcome", "expectations"]
 
 # D1 (report stalls): a superseded try (its attempt started again with no end
 # between: in the base's attempts CSV an `unended` row with no ended_at and a
 # later started row of the same run, prompt_id, generation_index and
 # attempt) is no longer open, so it is not a stall. Expected report: the
 # base's stalls but those; exit status 1 iff a stall is left.
-D1 = False
-# D2 (watch): watch's stalls and its --once exit status are the new
-# report's (with D1, if on); its count of bad lines is the summary's.
-D2 = False
+D1 = True
+# D2 (watch): watch agrees with report and summary on what it has read. Both
+# versions' watch waits for the rest of a file's unfinished last line (no
+# newline: the file may still be written), so what it has read is the set
+# "as read" (``harness``: each file up to its last newline; the set itself
+# when every file ends in one), and on that set: its stalls and its --once
+# exit status are the new report's (with D1, if on: the superseded tries of
+# the as-read set's attempts CSV); its count of bad lines is the summary's;
+# and each run's last event (its column, idle_s and the sealed/s window,
+# which end there) is the report's last_time, the time of its highest seq,
+# which the stall ages are measured to. The base's watch measured them, and
+# showed its last event, at the latest time of the run's events, which
+# differs when its clock stepped back. Its count of gzip files with damaged
+# bytes is that of the files the base's validate names gzip damage in (the
+# base's watch missed damage at the end of a file).
+D2 = True
 # D3 (order): summary and watch list runs in the report's run order.
-D3 = False
+D3 = True
 # D4 (conflicting copies): every version of a seq whose lines differ is
 # counted by one rule in every command; a set with such lines may then
-# differ anywhere, and is only checked to run and to exit alike (and noted).
-D4 = False
+# differ anywhere, and is only checked to run and to exit alike (and noted):
+# with the exit status D1 and D2 give, if on.
+D4 = True
 
 # The wall clock watch is run with, in both versions.
 CLOCK = 2_000_000_000.0
@@ -65,26 +78,31 @@ class Expected:
 Render = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+@dataclass
+class AsRead:
+    """The set as ``watch`` has read it (D2), when that is not the set: its paths and
+    the base's outcomes of ``report-json``, ``attempts`` and ``summary-json`` on it."""
+
+    paths: list[str]
+    base: dict[str, Outcome]
+
+
 def expectations(
-    base: dict[str, Outcome], paths: list[str], conflicts: bool, render: Render
+    base: dict[str, Outcome],
+    paths: list[str],
+    conflicts: bool,
+    render: Render,
+    as_read: AsRead | None = None,
 ) -> dict[str, Expected]:
     """The expected outcome of every request, from the base's outcomes.
 
     ``render`` asks the base's driver to print an answer of its own with a
-    change applied; ``conflicts`` says the set holds lines of one seq that differ.
+    change applied; ``conflicts`` says the set holds lines of one seq that differ;
+    ``as_read`` is the set as ``watch`` has read it, if it is not the set.
     """
     exp = {name: Expected(_copy(o)) for name, o in base.items()}
-    if D4 and conflicts:
-        for e in exp.values():
-            e.mode = "loose"
-            e.why.append("D4")
-        return exp
-    drop: list[list[Any]] = []
-    mixed = False
-    if D1 and "attempts" in base:
-        found, mixed = superseded(base["attempts"].files["a.csv"].decode())
-        drop = [list(k) for k, n in found.items() for _ in range(n)]
-    report_stalls = _stalls_of(base["report-json"].out)
+    report_json = base["report-json"].out
+    drop, mixed = _superseded(base)
     if drop:
         for name, via, as_json, stall_after in (
             ("report-json", "cli", True, 1.0),
@@ -93,29 +111,17 @@ def expectations(
         ):
             if name not in exp:
                 continue
-            got = render(
-                {
-                    "op": "render",
-                    "what": "report",
-                    "paths": paths,
-                    "stall_after": stall_after,
-                    "mixed": mixed,
-                    "drop": drop,
-                    "via": via,
-                    "json": as_json,
-                }
-            )
-            _check(got)
+            got = _report(render, paths, stall_after, mixed, drop, via, as_json)
             e = exp[name]
             e.outcome.out = got["out"]
             if via == "cli":
                 e.outcome.rc = got["rc"]
             e.why.append("D1")
             if name == "report-json":
-                report_stalls = got["stalls"]
+                report_json = got["out"]
     order = None
     if D3:
-        order = [r["run_id"] for r in json.loads(base["report-json"].out)["runs"]]
+        order = [r["run_id"] for r in _runs_of(base["report-json"].out)]
         for name, as_json in (("summary-json", True), ("summary", False)):
             if name in exp:
                 got = render(
@@ -126,6 +132,14 @@ def expectations(
                 exp[name].outcome.out = got["out"]
                 exp[name].why.append("D3")
     if (D2 or D3) and "watch" in exp:
+        # What watch has read: the set, or the set as read (its report, D1 applied).
+        seen, seen_report, seen_summary = base, report_json, base["summary-json"].out
+        if as_read is not None:
+            seen, seen_summary = as_read.base, as_read.base["summary-json"].out
+            seen_report = seen["report-json"].out
+            drop, mixed = _superseded(seen)
+            if drop:
+                seen_report = _report(render, as_read.paths, 1.0, mixed, drop, "cli", True)["out"]
         request: dict[str, Any] = {
             "op": "render",
             "what": "watch",
@@ -135,10 +149,14 @@ def expectations(
             "order": order,
         }
         e = exp["watch"]
+        if D3 and D2:
+            request["order"] = [r["run_id"] for r in _runs_of(seen_report)]
         if D2:
             # Oldest first, as watch lists them; equal ages in any order (mode "watch").
-            request["stalls"] = sorted(report_stalls, key=lambda s: -s[5])
-            request["bad_lines"] = json.loads(base["summary-json"].out)["bad_lines"]
+            request["stalls"] = sorted(_stalls_of(seen_report), key=lambda s: -s[5])
+            request["bad_lines"] = json.loads(seen_summary)["bad_lines"]
+            request["damaged"] = gzip_damaged_files(base["validate"].out)
+            request["last_times"] = {r["run_id"]: r["last_time"] for r in _runs_of(seen_report)}
             e.mode = "watch"
             e.why.append("D2")
         if D3:
@@ -147,7 +165,47 @@ def expectations(
         _check(got)
         e.outcome.out = got["out"]
         e.outcome.rc = got["rc"]
+    if D4 and conflicts:
+        # Exit statuses stay as D1 and D2 have them; the rest may differ.
+        for e in exp.values():
+            e.mode = "loose"
+            e.why.append("D4")
     return exp
+
+
+def _superseded(base: dict[str, Outcome]) -> tuple[list[list[Any]], bool]:
+    """D1: the stall keys of the superseded tries in the base's attempts CSV, a key
+    once per try; and whether its prompt ids are written as JSON text."""
+    if not D1 or "attempts" not in base or "a.csv" not in base["attempts"].files:
+        return [], False
+    found, mixed = superseded(base["attempts"].files["a.csv"].decode())
+    return [list(k) for k, n in found.items() for _ in range(n)], mixed
+
+
+def _report(
+    render: Render,
+    paths: list[str],
+    stall_after: float,
+    mixed: bool,
+    drop: list[list[Any]],
+    via: str,
+    as_json: bool,
+) -> dict[str, Any]:
+    """The base's report (or ``rt.health_report``) with the stalls ``drop`` names left out."""
+    got = render(
+        {
+            "op": "render",
+            "what": "report",
+            "paths": paths,
+            "stall_after": stall_after,
+            "mixed": mixed,
+            "drop": drop,
+            "via": via,
+            "json": as_json,
+        }
+    )
+    _check(got)
+    return got
 
 
 def _copy(o: Outcome) -> Outcome:
@@ -159,14 +217,19 @@ def _check(got: dict[str, Any]) -> None:
         raise AssertionError(f"the base could not render an expected output:\n{got['exc']}")
 
 
+def _runs_of(report_json: str) -> list[dict[str, Any]]:
+    """The runs of a ``report --json`` (none when it printed no report: no event read)."""
+    try:
+        runs: list[dict[str, Any]] = json.loads(report_json)["runs"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    return runs
+
+
 def _stalls_of(report_json: str) -> list[list[Any]]:
     """The stalls of a ``report --json``, as ``render`` lists them."""
-    try:
-        doc = json.loads(report_json)
-    except ValueError:
-        return []
     return [
         [r["run_id"], s["kind"], s["prompt_id"], s["generation_index"], s["attempt"], s["open_s"]]
-        for r in doc.get("runs", [])
+        for r in _runs_of(report_json)
         for s in r["stalls"]
     ]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from differential.versions import Driver, DriverDied, base_root, new_root
 
-# About 12 s on two cores (both versions at once, 25 cases of 8 layouts each).
+# About 15 s on two cores (both versions at once, 25 cases of 9 layouts each).
 QUICK_SETS = 25
 
 

@@ -170,11 +170,16 @@ def _render_summary(req: dict[str, Any]) -> Answer:
 
 
 def _render_watch(req: dict[str, Any]) -> Answer:
-    """``watch --once`` with its run order, stalls or bad-line count given."""
+    """``watch --once`` with its run order, stalls, counts of bad lines and of damaged
+    gzip files, or runs' last event times (``last_times``: run id -> time; the
+    sealed/s window ends there too) given."""
     [frame] = _base("_cli.watch", "frame")
     live_stall, live_view = _base("_report.live", "LiveStall", "LiveView")
     view = live_view(list(req["paths"]), float(req["stall_after"]))
     view.poll()
+    for rid, t in (req.get("last_times") or {}).items():
+        if rid in view.runs:
+            view.runs[rid].last_time = float(t)
     order = req.get("order")
     if order is not None:
         runs = [view.runs[r] for r in order if r in view.runs]
@@ -190,6 +195,8 @@ def _render_watch(req: dict[str, Any]) -> Answer:
         view.stalls = lambda: made
     if req.get("bad_lines") is not None:
         view.bad_lines = int(req["bad_lines"])
+    if req.get("damaged") is not None:
+        view.follower.damaged = int(req["damaged"])
     out = frame(view, float(req["clock"])) + "\n"
     return {"rc": 1 if view.stalls() else 0, "out": out}
 

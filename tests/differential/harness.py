@@ -14,18 +14,19 @@ import difflib
 import json
 import random
 import shutil
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from differential import allowed
-from differential.allowed import CLOCK, Expected, Outcome
+from differential.allowed import CLOCK, AsRead, Expected, Outcome
 from differential.layouts import LAYOUTS
 from differential.outputs import canonical_watch
 from differential.sets import AnyEvent, encode, has_conflicts, random_trace_set
 from differential.versions import Driver
 
-__all__ = ["Difference", "case_set", "requests_for", "run_case"]
+__all__ = ["Difference", "as_read", "case_set", "requests_for", "run_case"]
 
 
 def case_set(seed: int) -> list[list[AnyEvent]]:
@@ -64,6 +65,58 @@ def requests_for(layout: str, paths: list[str]) -> list[tuple[str, dict[str, Any
         req = {"op": "api", "call": call, "paths": paths, "stall_after": 1.0}
         out.append((f"api-{call}", req, []))
     return out
+
+
+# What the base is asked of the set as ``watch`` has read it (``allowed.D2``).
+_AS_READ = ("report-json", "attempts", "summary-json")
+
+
+def as_read(paths: list[str], folder: Path) -> list[str] | None:
+    """The set as ``watch`` has read it, when that is not the set: each file up to its
+    last newline (both versions' watch wait for the rest of an unfinished last line),
+    a file that was cut written under ``folder``; None when every file ends whole.
+
+    A gzip file is taken whole: its last member must be whole, or damaged (watch
+    says damage as it finds it, and waits for nothing); one that is still to be
+    written (a member cut short), where watch would wait, is no layout's.
+    """
+    out: list[str] = []
+    cut = False
+    for i, path in enumerate(paths):
+        data = Path(path).read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            _last_member_whole_or_damaged(path, data)
+            out.append(path)
+            continue
+        keep = data[: data.rfind(b"\n") + 1]
+        if keep == data:
+            out.append(path)
+            continue
+        cut = True
+        folder.mkdir(parents=True, exist_ok=True)
+        copy = folder / f"{i}-{Path(path).name}"
+        copy.write_bytes(keep)
+        out.append(str(copy))
+    return out if cut else None
+
+
+def _last_member_whole_or_damaged(path: str, data: bytes) -> None:
+    """Fail unless the gzip file's last member (from the last gzip header that reads
+    to the end, or fails to) is whole, its text ending in a newline, or damaged."""
+    at = len(data)
+    while (at := data.rfind(b"\x1f\x8b\x08", 0, at)) >= 0:
+        inflate = zlib.decompressobj(31)
+        try:
+            text = inflate.decompress(data[at:])
+        except zlib.error:
+            return  # damaged: said, not waited for
+        if inflate.eof and not inflate.unused_data:
+            if text and not text.endswith(b"\n"):
+                raise AssertionError(f"{path}: a gzip file whose last line has no newline")
+            return
+        if not inflate.eof:
+            raise AssertionError(f"{path}: a gzip file whose last member is not whole")
+    raise AssertionError(f"{path}: no gzip member at the end of a gzip file")
 
 
 @dataclass
@@ -170,6 +223,9 @@ def run_case(
     rng = random.Random(f"layouts-{seed}")
     plans: list[tuple[str, list[str], str, dict[str, Any], list[str]]] = []
     requests: list[dict[str, Any]] = []
+    # Asked of the base only: some requests on the set as watch has read it.
+    read_plans: list[tuple[str, list[str], str, list[str]]] = []
+    read_requests: list[dict[str, Any]] = []
     for layout, write in LAYOUTS.items():
         where = folder / layout
         (where / "trace").mkdir(parents=True)
@@ -180,7 +236,19 @@ def run_case(
                 (where / side / name).mkdir(parents=True)
             # The same relative folder for both versions: the driver adds its side.
             requests.append(req | {"cwd": str(where / "{side}" / name)})
-    base_answers, new_answers = _ask_sides(base, new, requests)
+        seen = as_read(paths, where / "as_read")
+        if seen is not None:
+            for name, req, files in requests_for(layout, seen):
+                if name in _AS_READ:
+                    (where / "base-as-read" / name).mkdir(parents=True)
+                    read_plans.append((layout, seen, name, files))
+                    read_requests.append(req | {"cwd": str(where / "base-as-read" / name)})
+    base_answers, new_answers, read_answers = _ask_sides(base, new, requests, read_requests)
+    seen_by_layout: dict[str, AsRead] = {}
+    for (layout, seen, name, files), b in zip(read_plans, read_answers, strict=True):
+        got = seen_by_layout.setdefault(layout, AsRead(seen, {}))
+        cwd = folder / layout / "base-as-read" / name
+        got.base[name] = _outcome(b, cwd, files, base.version)
     differences: list[Difference] = []
     expected_all: dict[str, dict[str, Expected]] = {}
     by_layout: dict[str, dict[str, tuple[Outcome, Outcome]]] = {}
@@ -194,7 +262,7 @@ def run_case(
     for layout, outcomes in by_layout.items():
         paths = next(p for lay, p, *_ in plans if lay == layout)
         base_out = {name: pair[0] for name, pair in outcomes.items()}
-        exp = allowed.expectations(base_out, paths, conflicts, base.ask)
+        exp = allowed.expectations(base_out, paths, conflicts, base.ask, seen_by_layout.get(layout))
         expected_all[layout] = exp
         for name, (_, new_out) in outcomes.items():
             differences += compare(layout, name, exp[name], new_out)
@@ -205,24 +273,33 @@ def run_case(
     return differences
 
 
+Answers = list[dict[str, Any]]
+
+
 def _ask_sides(
-    base: Driver, new: Driver, requests: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    base: Driver,
+    new: Driver,
+    requests: list[dict[str, Any]],
+    base_only: list[dict[str, Any]],
+) -> tuple[Answers, Answers, Answers]:
     """The requests with ``{side}`` in their folder made each driver's own, asked of
-    both at once: each driver works while the other does."""
+    both at once (each driver works while the other does), and ``base_only`` of the
+    base: the base's answers, the new version's, and the base's to ``base_only``."""
 
     def side(name: str) -> list[dict[str, Any]]:
         return [r | {"cwd": r["cwd"].replace("{side}", name)} for r in requests]
 
+    n = len(requests)
     if base is new:
         # One driver (a test of the harness): a second request sent before the first
         # answer is read can fill both pipes and hang.
-        first = base.ask({"op": "batch", "requests": side("base")})
-        second = base.ask({"op": "batch", "requests": side("new")})
-        return first["results"], second["results"]
-    base.send({"op": "batch", "requests": side("base")})
+        first = base.ask({"op": "batch", "requests": side("base") + base_only})["results"]
+        second = base.ask({"op": "batch", "requests": side("new")})["results"]
+        return first[:n], second, first[n:]
+    base.send({"op": "batch", "requests": side("base") + base_only})
     new.send({"op": "batch", "requests": side("new")})
-    return base.receive()["results"], new.receive()["results"]
+    first = base.receive()["results"]
+    return first[:n], new.receive()["results"], first[n:]
 
 
 def _keep(

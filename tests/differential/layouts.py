@@ -1,8 +1,9 @@
 """The ways one trace set is laid out in files: each writes into a folder, returns the paths.
 
 Every layout holds the same trace set, so each command must answer the same
-in all of them (but for the bad line of ``torn`` and the copies of
-``read_twice``); the differential test runs each version on each.
+in all of them (but for the bad line of ``torn``, the copies of
+``read_twice`` and the lines ``gzip_damaged`` loses); the differential test
+runs each version on each.
 """
 
 from __future__ import annotations
@@ -73,19 +74,47 @@ def split(runs: list[list[AnyEvent]], rng: random.Random, folder: Path) -> list[
     return paths
 
 
+def _members(run: list[AnyEvent], rng: random.Random) -> list[bytes]:
+    """A run's lines as several whole gzip members, as the gzip sink flushes them."""
+    lines = _lines(run)
+    members = []
+    at = 0
+    while at < len(lines):
+        n = rng.randint(1, max(1, len(lines) // 2))
+        members.append(gzip.compress(b"".join(lines[at : at + n]), mtime=0))
+        at += n
+    return members
+
+
 def gzip_members(runs: list[list[AnyEvent]], rng: random.Random, folder: Path) -> list[str]:
     """A .jsonl.gz per run made of several whole gzip members, as the gzip sink flushes."""
     paths = []
     for i, run in enumerate(runs):
-        lines = _lines(run)
-        members = []
-        at = 0
-        while at < len(lines):
-            n = rng.randint(1, max(1, len(lines) // 2))
-            members.append(gzip.compress(b"".join(lines[at : at + n]), mtime=0))
-            at += n
         path = folder / f"run-{i}.jsonl.gz"
-        path.write_bytes(b"".join(members))
+        path.write_bytes(b"".join(_members(run, rng)))
+        paths.append(str(path))
+    return paths
+
+
+# gzip.compress writes a 10-byte header (no name, no extra field): then the deflate data.
+_DEFLATE_AT = 10
+
+
+def gzip_damaged(runs: list[list[AnyEvent]], rng: random.Random, folder: Path) -> list[str]:
+    """As ``gzip``, with one member of one file damaged (a disk, a bad copy): its deflate
+    data begins with a block of the reserved type, which no reader can inflate. Its
+    lines are lost; readers go on at the next member, or the file ends there (the
+    damage at the end of a file that ``watch`` said nothing of, issue #26)."""
+    members = [_members(run, rng) for run in runs]
+    i = rng.randrange(len(members))
+    k = rng.randrange(len(members[i]))
+    damaged = bytearray(members[i][k])
+    damaged[_DEFLATE_AT] = 0xFF  # BFINAL 1, BTYPE 11: reserved, an error
+    members[i][k] = bytes(damaged)
+    paths = []
+    for n, parts in enumerate(members):
+        path = folder / f"run-{n}.jsonl.gz"
+        path.write_bytes(b"".join(parts))
         paths.append(str(path))
     return paths
 
@@ -120,4 +149,5 @@ LAYOUTS: dict[str, Layout] = {
     "gzip": gzip_members,
     "read_twice": read_twice,
     "torn": torn,
+    "gzip_damaged": gzip_damaged,
 }

@@ -19,6 +19,7 @@ __all__ = [
     "WatchFrame",
     "attempt_rows",
     "canonical_watch",
+    "gzip_damaged_files",
     "is_mixed",
     "open_rows",
     "parse_table",
@@ -92,6 +93,19 @@ def open_rows(rows: list[dict[str, str]]) -> list[int]:
         if r["outcome"] == "unended" and r["ended_at"] == "" and r["started_at"] != ""
         if i not in gone
     ]
+
+
+# Gzip damage as ``validate`` says it (the reader's words for bytes it cannot inflate
+# and skips): a bad line, not torn.
+_GZIP_DAMAGE = re.compile(
+    r"^(?P<file>.*):\d+: error: (corrupt gzip data in bytes |bytes [\d,]+-[\d,]+ are not gzip data)"
+)
+
+
+def gzip_damaged_files(validate_out: str) -> int:
+    """How many files a ``validate`` output names gzip damage in."""
+    found = {m["file"] for line in validate_out.splitlines() if (m := _GZIP_DAMAGE.match(line))}
+    return len(found)
 
 
 # --- text tables -------------------------------------------------------------------
