@@ -181,6 +181,7 @@ class WriterRun:
 
     __slots__ = (
         "abandoned",
+        "after",
         "catch_up_to",
         "caught_up",
         "close_mark",
@@ -231,6 +232,9 @@ class WriterRun:
         self.catch_up_to = -1
         self.woken_at = 0.0  # when an emit last woke the idle writer
         self.opened = threading.Event()
+        # A run given up while its sinks opened, whose writer thread may still
+        # be discarding them (an empty file it made): this one opens after it.
+        self.after: WriterRun | None = None
         self.writer_done = False  # the writer thread has handled its last mark
         self.open_error: BaseException | None = None
         # The close gave the run up at its deadline: its counts are fixed, its
@@ -272,6 +276,7 @@ class _TracerCore:
             self.emit = noop_emit
             return
         self._lock = threading.RLock()
+        self._behind: WriterRun | None = None  # a run given up as it opened
         self.emit = self._emit_idle
         self._set_limit = _no_limit
         hooks.track_enabled(self)
@@ -519,6 +524,7 @@ class _TracerCore:
         self._set_limit(0)
         self._state = state
         self.run_id = None
+        self._behind = None  # the parent's thread, not this process's
         self.emit = self._emit_idle
 
     # --- opening ------------------------------------------------------------
@@ -533,6 +539,7 @@ class _TracerCore:
         thread opens the sinks. Called with the lock held; a caller interrupted
         in here (Ctrl-C) undoes it with ``_abort_open``."""
         engine = run.engine
+        run.after, self._behind = self._behind, None
         self._run = run
         self._pid = engine.pid
         self._switch = sys.getswitchinterval()
@@ -585,6 +592,8 @@ class _TracerCore:
             if run.opened.is_set():
                 return False
             run.open_error = exc
+            if run.thread is not None and run.thread.ident is not None:
+                self._behind = run
             if not run.waited:
                 logger.warning("rollout_trace: tracing is off for this process: %s", exc)
             if run is not self._run:  # given up before; the tracer has opened again since
@@ -746,6 +755,12 @@ class _TracerCore:
 
     def _writer(self, run: WriterRun) -> None:
         hooks.keep_signals_off_this_thread()
+        after = run.after
+        run.after = None
+        if after is not None and after.thread is not None:
+            # Its sinks' discard (an empty file it made, by path) must not
+            # take what this run opens at the same path.
+            after.thread.join(self._config.close_timeout)
         try:
             self._open_and_serve(run)
         finally:
@@ -771,6 +786,8 @@ class _TracerCore:
             for runner in engine.runners:
                 runner.live = False
                 runner.discard()
+            for runner in engine.runners:
+                runner.ended.wait(self._config.close_timeout)
             return
         try:
             # After the open is said: this thread writes a lone sink itself.

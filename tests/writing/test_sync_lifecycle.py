@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 from samples import dispatched
@@ -26,7 +26,7 @@ from tracecheck import check_runs, only_run
 
 import rollout_trace as rt
 from rollout_trace._writing import hooks, specs, tracers
-from sinks import MemorySink
+from sinks import JsonlSink, MemorySink
 
 pytestmark = pytest.mark.timeout(120)
 T = TypeVar("T")
@@ -903,3 +903,66 @@ def test_ctrl_c_while_opening_leaves_a_closed_tracer_that_opens_again(
     t.close()
     run = only_run(t.sinks[0].getvalue())  # type: ignore[attr-defined]
     assert run.run_id == t.run_id and run.closed is not None and run.closed["written"] == 1
+
+
+class CtrlCJsonlSink(JsonlSink):
+    """Ctrl-C comes once this sink has made its file, before the open is said;
+    it goes on once the test lets it (``go_on``); later opens are plain."""
+
+    go_on = threading.Event()
+    fired: ClassVar[list[bool]] = []
+    calls: ClassVar[list[tuple[str, int]]] = []
+
+    def discard(self) -> None:
+        self.calls.append(("discard", id(self)))
+        super().discard()
+
+    def open(self) -> None:
+        self.calls.append(("open", id(self)))
+        super().open()
+        if not self.fired:
+            self.fired.append(True)
+            _ctrl_c()
+            if not self.go_on.wait(60):
+                raise TimeoutError("the test never let the sink open")
+
+
+def test_a_run_given_up_as_it_opened_never_takes_the_file_of_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C in open() after the first run's sink made the (empty) file: a
+    # program that opens again at once gets a new run at the same path. The
+    # given-up run's discard removed "its" empty file by path, after the new
+    # run had opened it: the new run wrote into a deleted file, and its
+    # trace_closed said written=3 of a file that was not there.
+    monkeypatch.setitem(
+        specs._registry(),
+        "ctrlcjsonl",
+        EntryPoint("ctrlcjsonl", "test_sync_lifecycle:CtrlCJsonlSink", specs.ENTRY_POINT_GROUP),
+    )
+    go_on = threading.Event()
+    monkeypatch.setattr(CtrlCJsonlSink, "go_on", go_on)
+    monkeypatch.setattr(CtrlCJsonlSink, "fired", [])
+    calls: ClassVar[list[tuple[str, int]]] = []
+    monkeypatch.setattr(CtrlCJsonlSink, "calls", calls)
+    path = tmp_path / "trace.jsonl"
+    t = rt.sync_tracer(f"ctrlcjsonl://{path}", close_timeout=30)
+    before = set(threading.enumerate())
+    with pytest.raises(KeyboardInterrupt):
+        t.open()
+    first = set(threading.enumerate()) - before
+    assert path.exists() and t.state == "closed"
+    # The new run may wait for the first to end: let it go on meanwhile.
+    threading.Timer(0.2, go_on.set).start()
+    t.open()
+    go_on.set()
+    for th in first:
+        th.join(60)
+    for v in range(3):
+        t.emit(rt.WeightsSynced(weight_version=v))
+    t.close()
+    # The given-up sink took its empty file back before the new one opened.
+    assert [c for c, _ in calls] == ["open", "discard", "open"]
+    assert path.exists(), "the new run's file was taken away"
+    run = only_run(path.read_bytes())
+    assert run.run_id == t.run_id and run.closed is not None and run.closed["written"] == 3
