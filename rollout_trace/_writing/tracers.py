@@ -276,6 +276,7 @@ class _TracerCore:
             self.emit = noop_emit
             return
         self._lock = threading.RLock()
+        self._pid = os.getpid()  # the process the tracer's runs are of
         self._behind: WriterRun | None = None  # a run given up as it opened
         self.emit = self._emit_idle
         self._set_limit = _no_limit
@@ -495,6 +496,12 @@ class _TracerCore:
         uncounted, and ``flush()`` says ``False`` while no run is open.
         ``kept``: events at the queue's end that the caller counts itself.
         """
+        if self._state is State.NEW:  # only ever asked before an open
+            if os.getpid() == self._pid:
+                return False
+            self._lock = threading.RLock()
+            self._leave_the_parents_run(State.CLOSED)
+            return True
         if self._state not in (*_RUNNING, State.CLOSING) or os.getpid() == self._pid:
             return False
         self._lock = threading.RLock()  # (see after_fork)
@@ -513,6 +520,8 @@ class _TracerCore:
         # was opening this tracer, or it was the writer): in the child nobody
         # would ever release it.
         self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._behind = None  # the parent's thread, not this process's
         if self._state in (State.NEW, State.CLOSED):
             return
         self._leave_the_parents_run(State.NEW)
@@ -954,6 +963,7 @@ class SyncTracer(_TracerCore):
         """
         if not self._config.enabled:
             return self
+        self._forked()  # (then closed: a new run opens)
         run: WriterRun | None = None
         try:
             while True:
@@ -989,6 +999,8 @@ class SyncTracer(_TracerCore):
         self.close()
 
     def _open_lazily(self) -> None:
+        if self._forked():
+            return
         with self._lock:
             if self._state is State.NEW:
                 run = self._new_run(waited=False)
@@ -1049,6 +1061,7 @@ class Tracer(_TracerCore):
     async def __aenter__(self) -> Tracer:
         if not self._config.enabled:
             return self
+        self._forked()  # (then closed: a new run opens)
         run: WriterRun | None = None
         try:
             with self._lock:

@@ -698,3 +698,69 @@ def test_importing_and_reading_register_no_hook_and_the_first_open_does(tmp_path
     # opened by an exit hook of the program must still be closed at exit).
     assert set(steps["built"][0]) <= {"atexit", "fork", "signal"}
     assert steps["opened"] == (["atexit", "fork", "signal"], "rollout_trace._writing.hooks")
+
+
+_C_FORK_OPEN = """
+import ctypes, json, os, sys, threading, time
+import rollout_trace as rt
+
+MODE, FOLDER = sys.argv[1], sys.argv[2]
+t = rt.sync_tracer(FOLDER + "/{pid}.jsonl", flush_interval=60)
+if MODE == "open":
+    t.open()
+    t.emit(rt.WeightsSynced(weight_version=0))
+    t.flush()
+parent_run = t.run_id
+pid = ctypes.PyDLL(None).fork()  # no at-fork hooks
+if pid == 0:
+    if MODE == "open":
+        t.open()  # the parent's run is not this process's: a new one
+        out = {"state": t.state, "new_run": t.run_id not in (None, parent_run)}
+        t.emit(rt.WeightsSynced(weight_version=7))
+        t.close()
+    else:  # never opened in the parent: the first emit would open it lazily
+        for i in range(5):
+            t.emit(rt.WeightsSynced(weight_version=i))
+        out = {"state": t.state, "outside_run": t.counts.outside_run,
+               "threads": threading.active_count()}
+    print(json.dumps(out), flush=True)
+    os._exit(0)
+deadline = time.monotonic() + 30  # only a hung child takes this long
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.01)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print(json.dumps("hung"), flush=True)
+t.close()
+print(json.dumps({"parent_run": parent_run, "child": pid}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["open", "new"])
+def test_a_child_forked_without_fork_hooks_opens_only_when_told(mode: str, tmp_path: Path) -> None:
+    # open() in such a child returned the parent's run as its own ("already
+    # open"), and its events then went nowhere; a tracer not yet open at the
+    # fork opened lazily there, starting a thread CPython is not ready for.
+    proc = subprocess.run(
+        [sys.executable, "-c", _C_FORK_OPEN, mode, str(tmp_path)],
+        capture_output=True,
+        env=_env(),
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    child, parent = (json.loads(line) for line in proc.stdout.splitlines())
+    if mode == "open":
+        assert child == {"state": "open", "new_run": True}
+        (mine,) = [p for p in tmp_path.iterdir() if p.name != f"{parent['child']}.jsonl"]
+        for path, run_id in ((tmp_path / f"{parent['child']}.jsonl", None), (mine, "parent")):
+            run = only_run(path.read_bytes())
+            assert run.closed is not None and run.closed["written"] == 1
+            assert (run.run_id == parent["parent_run"]) is (run_id == "parent")
+    else:
+        assert child == {"state": "closed", "outside_run": 5, "threads": 1}
+        assert not (tmp_path / f"{parent['child']}.jsonl").exists()
