@@ -1007,7 +1007,11 @@ class SyncTracer(_TracerCore):
                 try:
                     self._start(run)
                 except BaseException as exc:  # Ctrl-C in the emit that opens
-                    self._abort_open(run, exc)
+                    # Not the sinks' failure: the emit raises it, and the next
+                    # emit opens again (nothing to log, no run to keep).
+                    run.waited = True
+                    if self._abort_open(run, exc) and self._run is run:
+                        self._state = State.NEW
                     raise
 
     def flush(self, timeout: float | None = None) -> bool:

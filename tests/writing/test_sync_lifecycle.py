@@ -966,3 +966,33 @@ def test_a_run_given_up_as_it_opened_never_takes_the_file_of_the_next(
     assert path.exists(), "the new run's file was taken away"
     run = only_run(path.read_bytes())
     assert run.run_id == t.run_id and run.closed is not None and run.closed["written"] == 3
+
+
+def test_ctrl_c_in_the_emit_that_opens_leaves_the_next_emit_to_open(
+    monkeypatch: pytest.MonkeyPatch, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # Ctrl-C while the first emit opened the tracer lazily turned tracing off
+    # for good ("tracing is off for this process: " and a blank reason), and
+    # every later emit counted outside any run.
+    fired: list[bool] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("rollout_trace writer") and not fired:
+            fired.append(True)
+            _ctrl_c()
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    t = rt.sync_tracer("memory://", close_timeout=30)
+    with pytest.raises(KeyboardInterrupt):
+        t.emit(dispatched(0))
+    assert t.state == "new"
+    for i in range(1, 4):
+        t.emit(dispatched(i))
+    assert t.state == "open"
+    t.close()
+    assert not trace_log.records, trace_log.text
+    run = only_run(t.sinks[0].getvalue())  # type: ignore[attr-defined]
+    assert run.closed is not None and run.closed["written"] == 3
+    assert t.counts.outside_run == 0
