@@ -466,7 +466,7 @@ class _TracerCore:
         before the open), or counts the event as outside any run."""
         if type(ev) not in REGISTRY.emit_types:
             REGISTRY.emit_type(type(ev))  # raises for anything that cannot be emitted
-        if self._state is State.NEW:
+        if self._state is State.NEW and not self._forked():
             self._open_lazily()
         if self._state in _RUNNING:
             # A caller held this method from before the open: hand it on.
@@ -496,10 +496,15 @@ class _TracerCore:
         uncounted, and ``flush()`` says ``False`` while no run is open.
         ``kept``: events at the queue's end that the caller counts itself.
         """
-        if self._state is State.NEW:  # only ever asked before an open
+        if self._state in (State.NEW, State.CLOSED):  # asked before an open
             if os.getpid() == self._pid:
                 return False
             self._lock = threading.RLock()
+            self._pid = os.getpid()
+            self._behind = None  # the parent's thread, not this process's
+            if self._state is State.CLOSED:
+                return False  # nothing of the parent's to leave; open() opens
+            self._report.quiet("closed")
             self._leave_the_parents_run(State.CLOSED)
             return True
         if self._state not in (*_RUNNING, State.CLOSING) or os.getpid() == self._pid:
@@ -601,7 +606,7 @@ class _TracerCore:
             if run.opened.is_set():
                 return False
             run.open_error = exc
-            if run.thread is not None and run.thread.ident is not None:
+            if run.thread is not None:  # started, or being started
                 self._behind = run
             if not run.waited:
                 logger.warning("rollout_trace: tracing is off for this process: %s", exc)
@@ -768,8 +773,14 @@ class _TracerCore:
         run.after = None
         if after is not None and after.thread is not None:
             # Its sinks' discard (an empty file it made, by path) must not
-            # take what this run opens at the same path.
-            after.thread.join(self._config.close_timeout)
+            # take what this run opens at the same path. A thread that has not
+            # begun yet finds its run given up below and opens nothing.
+            with contextlib.suppress(RuntimeError):  # (not begun)
+                after.thread.join(self._config.close_timeout)
+        with self._lock:
+            if run.open_error is not None:  # given up before it began
+                self._release_marks(run, writer_done=True)
+                return
         try:
             self._open_and_serve(run)
         finally:
@@ -999,8 +1010,6 @@ class SyncTracer(_TracerCore):
         self.close()
 
     def _open_lazily(self) -> None:
-        if self._forked():
-            return
         with self._lock:
             if self._state is State.NEW:
                 run = self._new_run(waited=False)

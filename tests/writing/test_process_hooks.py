@@ -764,3 +764,5 @@ def test_a_child_forked_without_fork_hooks_opens_only_when_told(mode: str, tmp_p
     else:
         assert child == {"state": "closed", "outside_run": 5, "threads": 1}
         assert not (tmp_path / f"{parent['child']}.jsonl").exists()
+        # Quietly: a thread of the parent may have held logging's locks.
+        assert b"rollout_trace" not in proc.stderr, proc.stderr

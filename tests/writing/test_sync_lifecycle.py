@@ -996,3 +996,53 @@ def test_ctrl_c_in_the_emit_that_opens_leaves_the_next_emit_to_open(
     run = only_run(t.sinks[0].getvalue())  # type: ignore[attr-defined]
     assert run.closed is not None and run.closed["written"] == 3
     assert t.counts.outside_run == 0
+
+
+class OpenCountingSink(MemorySink):
+    """Counts its opens (``opens``, shared by the test)."""
+
+    opens: ClassVar[list[int]] = []
+
+    def open(self) -> None:
+        self.opens.append(1)
+        super().open()
+
+
+def test_a_writer_that_begins_after_its_run_was_given_up_opens_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ctrl-C in Thread.start() can come before the new thread has begun, and
+    # the thread still begins: it opened the given-up run's sinks (making
+    # their files, then taking them back by path, after the next run had
+    # opened them) as the next run's writer opened the same ones.
+    monkeypatch.setitem(
+        specs._registry(),
+        "countopen",
+        EntryPoint("countopen", "test_sync_lifecycle:OpenCountingSink", specs.ENTRY_POINT_GROUP),
+    )
+    opens: list[int] = []
+    monkeypatch.setattr(OpenCountingSink, "opens", opens)
+    late: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("rollout_trace writer") and not late:
+            late.append(self)  # begins once the test lets it
+            raise KeyboardInterrupt
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    t = rt.sync_tracer("countopen://", close_timeout=30)
+    with pytest.raises(KeyboardInterrupt):
+        t.open()
+    assert t.state == "closed"
+    real_start(late[0])  # the given-up run's writer begins only now
+    late[0].join(30)
+    assert not late[0].is_alive()
+    assert opens == []  # it opened nothing
+    t.open()
+    t.emit(dispatched(0))
+    t.close()
+    assert opens == [1]
+    run = only_run(t.sinks[0].getvalue())  # type: ignore[attr-defined]
+    assert run.closed is not None and run.closed["written"] == 1
