@@ -687,7 +687,15 @@ def main() -> None:
     med = summarize(runs)
 
     m = machine()
-    rt_files = sorted({f for v in med.values() for f in v["rt_files"]})
+    # Relative to this checkout where it is one (a table goes into the README).
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rt_files = sorted(
+        {
+            os.path.relpath(f, here) if f.startswith(here + os.sep) else f
+            for v in med.values()
+            for f in v["rt_files"]
+        }
+    )
     lines = [
         f"machine: {machine_line(m)}",
         f"rollout_trace imported by the children from: {', '.join(rt_files) or '-'}",
