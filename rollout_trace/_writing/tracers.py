@@ -736,7 +736,8 @@ class _TracerCore:
         with self._lock:
             run.marks.append(mark)
             run.marks_queued += 1
-            done = run.writer_done
+            # A run given up serves no mark, whether its writer ran or not.
+            done = run.writer_done or run.open_error is not None
             # An event dropped before the call is one the mark must account for.
             mark.drops = peek_count(run.drops)
         run.queue.append(mark)

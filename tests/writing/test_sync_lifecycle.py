@@ -1046,3 +1046,47 @@ def test_a_writer_that_begins_after_its_run_was_given_up_opens_nothing(
     assert opens == [1]
     run = only_run(t.sinks[0].getvalue())  # type: ignore[attr-defined]
     assert run.closed is not None and run.closed["written"] == 1
+
+
+def test_a_flush_of_a_run_given_up_before_its_writer_began_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A flush from another thread saw the run open; Ctrl-C in Thread.start
+    # then gave the run up before its thread began, and the flush's mark,
+    # queued after that, waited for a writer that never came (timeout=None:
+    # for ever).
+    late: list[threading.Thread] = []
+    checked, aborted = threading.Event(), threading.Event()
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("rollout_trace writer") and not late:
+            late.append(self)  # never begins
+            assert checked.wait(30)  # the flush has seen the run open
+            raise KeyboardInterrupt
+        real_start(self)
+
+    real_enqueue = tracers._TracerCore._enqueue
+
+    def enqueue(self: Any, run: Any, mark: Any) -> None:
+        checked.set()
+        assert aborted.wait(30)
+        real_enqueue(self, run, mark)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(tracers._TracerCore, "_enqueue", enqueue)
+    t = rt.sync_tracer("memory://", close_timeout=30)
+    got: list[bool] = []
+
+    def flusher() -> None:
+        while t.state not in ("opening", "open"):
+            time.sleep(0.0005)
+        got.append(t.flush(timeout=None))
+
+    thread = threading.Thread(target=flusher, daemon=True)
+    thread.start()
+    with pytest.raises(KeyboardInterrupt):
+        t.open()
+    aborted.set()
+    thread.join(30)
+    assert not thread.is_alive() and got == [False]
