@@ -98,6 +98,8 @@ class Engine:
         self._written_lock = threading.Lock()
         self._progress = threading.Condition()
         self._warned_invalid = False
+        # Set by a tracer opened on an asyncio loop (``loop_waker``).
+        self.wake_loop: Callable[[], None] | None = None
         self._warned_broken = False
 
     # --- counting -------------------------------------------------------------
@@ -197,6 +199,20 @@ class Engine:
         for runner in self.runners:
             runner.submit(data, batch)
 
+    def went_idle(self) -> None:
+        """The run's threads wrote all they had: wake the loop it was opened on.
+
+        A signal that arrives while the loop's thread drops the GIL on its way
+        into the selector's wait (it hands the GIL over to a thread of ours
+        that asked for it) only trips a flag: asyncio's SIGINT handler then
+        runs when the loop next wakes, and nothing wakes an idle loop (asyncio
+        sets no signal wakeup fd). One wake after our threads' work closes
+        the window they opened; then the loop goes back to sleep.
+        """
+        wake = self.wake_loop
+        if wake is not None:
+            wake()
+
     def notify(self) -> None:
         """Wake whoever waits (``wait_blocking``): a sink or the writer made progress."""
         with self._progress:
@@ -267,7 +283,8 @@ class Engine:
         cap = 2 * max(self.config.buffer, self.config.batch_size)
         direct = self.direct and len(uris_sinks) == 1
         self.runners = [
-            SinkRunner(uri, sink, cap, self.notify, direct=direct) for uri, sink in uris_sinks
+            SinkRunner(uri, sink, cap, self.notify, self.went_idle, direct=direct)
+            for uri, sink in uris_sinks
         ]
         started: list[SinkRunner] = []
         try:

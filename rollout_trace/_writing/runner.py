@@ -194,6 +194,7 @@ class SinkRunner:
         sink: Sink,
         cap: int,
         on_progress: Callable[[], None],
+        on_idle: Callable[[], None] = lambda: None,
         *,
         direct: bool = False,
     ) -> None:
@@ -212,6 +213,7 @@ class SinkRunner:
         self._unsent: deque[Unsent] = deque()
         self._piece = _MIN_PIECE  # a direct sink's bytes per call (_write_pieces)
         self._on_progress = on_progress
+        self._on_idle = on_idle  # after a write that left nothing queued
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # Held to change ``live`` and to count a write: a run given up at its
         # close deadline stops its sinks and fixes its counts under it.
@@ -394,8 +396,12 @@ class SinkRunner:
     def _serve(self) -> None:
         get, get_nowait = self._calls.get, self._calls.get_nowait
         call: Any = None
+        wrote = False
         while True:
             if call is None:
+                if wrote and self._calls.empty():
+                    wrote = False
+                    self._on_idle()
                 call = get()
             if call is _CLOSE or call is _DISCARD:
                 self._end(call is _DISCARD)
@@ -431,6 +437,7 @@ class SinkRunner:
                 batches.append(call[1])
                 size += len(call[0])
                 call = None
+            wrote = True
             if most is not None and size > most:  # one batch, larger than the sink takes
                 self._write_split(datas[0], batches[0], most)
                 continue

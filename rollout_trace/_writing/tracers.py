@@ -23,6 +23,7 @@ the writer nor the others.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import functools
@@ -554,6 +555,7 @@ class _TracerCore:
         in here (Ctrl-C) undoes it with ``_abort_open``."""
         engine = run.engine
         run.after, self._behind = self._behind, None
+        run.engine.wake_loop = _loop_waker()
         self._run = run
         self._pid = engine.pid
         self._switch = sys.getswitchinterval()
@@ -840,9 +842,12 @@ class _TracerCore:
                 wake.wait(interval)
                 wake.clear()
             run.urgent = False
+            had = bool(queue)
             close = self._drain(run)
             if close is not None:
                 return close
+            if had and any(r.direct for r in run.engine.runners):  # (else their threads do)
+                run.engine.went_idle()
 
     @staticmethod
     def _fold_drops(run: WriterRun, dropped: int) -> None:
@@ -948,6 +953,24 @@ class _TracerCore:
         self._report.add_outside(peek_count(run.drops) - run.drops_folded)
         self._closed(run)
         run.reach(mark)
+
+
+def _loop_waker() -> Callable[[], None] | None:
+    """What wakes the asyncio loop running here, if one is (``Engine.went_idle``)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no asyncio loop in this thread (a thread, trio)
+        return None
+
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(_nothing)
+
+    return wake
+
+
+def _nothing() -> None:
+    pass
 
 
 class SyncTracer(_TracerCore):

@@ -346,6 +346,10 @@ async def hold():
     async with rt.tracer(PATH, close_timeout=5) as t:
         for i in range(N):
             t.emit(ev(i))
+        if ACTIVITY == "sleeping":
+            # Idle when Ctrl-C comes (the test after this one sends it while
+            # the tracer writes).
+            await t.flush()
         print("ready", flush=True)
         if ACTIVITY == "sleeping":
             await asyncio.sleep(3600)
@@ -423,6 +427,58 @@ def test_ctrl_c_exits_as_keyboard_interrupt_does_with_a_complete_trace(
     assert "rollout_trace" not in err, err  # nothing of ours in the traceback or the log
     run = complete_run(path)  # every event the run emitted, and trace_closed
     assert len(run.events) >= n
+
+
+_TRIPPED = """
+import signal, threading
+
+
+def main_thread_sleeps_in_its_selector():
+    wchan = f"/proc/self/task/{threading.main_thread().native_id}/wchan"
+    while "epoll" not in open(wchan).read():
+        time.sleep(0.001)
+
+
+def trip():
+    main_thread_sleeps_in_its_selector()
+    # The C handler runs on this thread and only trips a flag: nothing wakes
+    # the loop's thread, asleep in its selector (asyncio sets no wakeup fd).
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+    print("tripped", file=sys.stderr, flush=True)
+
+
+async def main():
+    async with rt.tracer("stdout://", close_timeout=5) as t:
+        for i in range(N):
+            t.emit(ev(i))
+        # The parent reads none of the trace yet: the sink is blocked on the
+        # full pipe when the signal comes, and writes the rest after it.
+        threading.Thread(target=trip, daemon=True).start()
+        await asyncio.sleep(3600)
+
+
+run(main)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_ctrl_c_taken_while_the_tracer_writes_ends_the_loop_once_the_writing_is_done() -> None:
+    """A Ctrl-C whose flag is tripped while the loop sleeps is taken when our
+    threads finish their work: they wake the loop once, as its own work would."""
+    n = 20_000  # far more than a pipe holds
+    proc = _child(_TRIPPED, "-", n, "asyncio")
+    assert proc.stderr is not None and proc.stdout is not None
+    line = proc.stderr.readline()
+    assert line == b"tripped\n", line + proc.stderr.read()
+    trace = proc.stdout.read()  # until the child exits
+    rc, _, err = _finish(proc, timeout=30)
+    assert rc == -signal.SIGINT, (rc, err)
+    assert err.rstrip().endswith("KeyboardInterrupt"), err
+    run = only_run(trace)
+    assert run.closed is not None and run.closed["emitted"] == n, run.closed
+    assert sorted(e["seq"] for e in run.events) == list(range(1, n + 1))
+    assert run.closed["sinks"] == [{"uri": "stdout://", "written": n, "error": None}]
 
 
 # --- 3. faults in the writer: what a sink or the encoder must never raise ---------
