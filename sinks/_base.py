@@ -57,6 +57,16 @@ class Sink:
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         self.location = location
 
+    @classmethod
+    def open_within(cls, options: Mapping[str, str]) -> float:
+        """The longest ``open()`` may take with these options, in seconds.
+
+        0 (the default): no longer than the tracer's ``close_timeout``. A sink
+        whose open waits for a remote answer says how long it waits, and the
+        tracer waits at least that long for it rather than give it up as hung.
+        """
+        return 0.0
+
     def open(self) -> None:
         """Acquire the resource. Raise ``OSError`` (or any error) if it cannot be had."""
 

@@ -57,11 +57,8 @@ _FIRST_BACKOFF_S = 0.5
 _MAX_BACKOFF_S = 30.0
 # How long close() tries again to upload the last lines it was given.
 _CLOSE_S = 2.0
-# How long open() waits for the listing that numbers the segments. A store
-# that has not answered by then is treated as unreachable (listed again at the
-# first upload), so a hung store delays the job's start by this much, not by
-# timeout_s, and never fails an open that a short close_timeout bounds.
-_OPEN_WAIT_S = 1.0
+# Beyond timeout_s at open: the client's set-up (credentials, a session).
+_OPEN_SLACK_S = 2.0
 # Errors that say the store answered and will not take the object: a bucket
 # that does not exist, credentials it refuses. At open they stop the tracer
 # from opening; later, they stop the sink at once.
@@ -210,6 +207,15 @@ class ObjectStoreSink(Sink):
 
     # --- the contract ----------------------------------------------------------
 
+    @classmethod
+    def open_within(cls, options: Mapping[str, str]) -> float:
+        # The listing at open waits up to timeout_s for the store's answer.
+        try:
+            timeout_s = _positive(options, "timeout_s", "seconds", 1)
+        except SinkOptionValueError:  # named when the sink is built
+            timeout_s = None
+        return (timeout_s or _DEFAULT_TIMEOUT_S) + _OPEN_SLACK_S
+
     def open(self) -> None:
         import fsspec
 
@@ -220,7 +226,9 @@ class ObjectStoreSink(Sink):
             self.protocol, skip_instance_cache=True, **self._client_options(fsspec.config.conf)
         )
         try:
-            self._next_number = self._list_next(min(self._timeout_s, _OPEN_WAIT_S))
+            # The store's answer decides: a refusal fails the open, and only
+            # no answer within timeout_s means unreachable (the job starts).
+            self._next_number = self._list_next()
         except Exception as exc:
             if _refused(exc):
                 raise OSError(f"{self.url_base}: {type(exc).__name__}: {exc}") from exc

@@ -294,7 +294,7 @@ class Engine:
                 except RuntimeError as exc:  # no thread can be started (a limit, shutdown)
                     raise SinkOpenError(runner.uri, f"cannot start its thread: {exc}") from exc
                 started.append(runner)
-            within = self.config.close_timeout
+            within = open_within(self.config.close_timeout, specs)
             yield Wait(lambda: all(r.opened.is_set() for r in started), time.monotonic() + within)
             for runner in started:
                 if not runner.opened.is_set():
@@ -493,6 +493,12 @@ class Engine:
                 swallowed += 1
             delay = min(delay * 2, 0.02)
         return swallowed
+
+
+def open_within(close_timeout: float, specs: Sequence[SinkSpec]) -> float:
+    """How long the sinks of ``specs`` may take to open: ``close_timeout``, or
+    longer for a sink that waits for a remote answer (``Sink.open_within``)."""
+    return max([close_timeout, *(s.factory.open_within(dict(s.options)) for s in specs)])
 
 
 def drive_blocking(engine: Engine, steps: Steps[T]) -> T:

@@ -58,7 +58,16 @@ from .config import (
     TracerConfig,
     noop_emit,
 )
-from .engine import Engine, State, Steps, Wait, drive_async, drive_blocking, logger
+from .engine import (
+    Engine,
+    State,
+    Steps,
+    Wait,
+    drive_async,
+    drive_blocking,
+    logger,
+    open_within,
+)
 from .runner import FlushMark
 
 __all__ = ["SyncTracer", "Tracer", "sync_tracer", "tracer"]
@@ -581,7 +590,9 @@ class _TracerCore:
 
     def _opening(self, run: WriterRun) -> Steps[None]:
         """Wait for the writer thread to open the sinks; raise what it could not open."""
-        within = self._config.close_timeout * 2 + 1
+        # The sinks' own open bound, plus the writer's wait for a given-up run.
+        close_timeout = self._config.close_timeout
+        within = open_within(close_timeout, self._specs) + close_timeout + 1
         yield Wait(
             lambda: run.opened.is_set() or run.open_error is not None, time.monotonic() + within
         )
