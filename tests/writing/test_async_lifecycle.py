@@ -138,8 +138,12 @@ def _child_env() -> dict[str, str]:
 
 
 _CHILD_PRELUDE = """\
-import asyncio, json, math, os, sys, time
+import asyncio, json, math, os, signal, sys, time
 import rollout_trace as rt
+
+# Ctrl-C as at a terminal: a suite started in the background by a
+# non-interactive shell hands its children SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 PATH = sys.argv[1]
 N = int(sys.argv[2])
@@ -162,12 +166,18 @@ def run(main):
 
 def _child(code: str, *args: object, timeout: float = 30) -> subprocess.Popen[bytes]:
     script = _CHILD_PRELUDE + textwrap.dedent(code)
-    return subprocess.Popen(
-        [sys.executable, "-c", script, *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_child_env(),
-    )
+    # Started as from a background job, with SIGINT ignored (the prelude
+    # sets it back), whatever the shell that started the suite.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", script, *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_child_env(),
+        )
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _finish(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, str, str]:
