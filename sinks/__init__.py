@@ -1,4 +1,4 @@
-"""Sinks: small async writers of encoded JSON lines, chosen by URI scheme.
+"""Sinks: small blocking writers of encoded JSON lines, chosen by URI scheme.
 
 They know nothing of events. Third-party sinks subclass ``Sink`` and register
 under the entry-point group ``rollout_trace.sinks`` (name = URI scheme).

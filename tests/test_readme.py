@@ -241,3 +241,14 @@ def test_reference_anchors_exist() -> None:
         "exit-codes",
     }:
         assert anchor in headings, f"README.md links to #{anchor}, which no heading makes"
+
+
+def test_adding_a_sink_names_every_part_of_the_plugin_contract() -> None:
+    # What a plugin author may override or set: each is said in the section.
+    from sinks import Sink
+
+    section = _section(_readme(), "Adding a sink")
+    contract = [n for n in vars(Sink) if not n.startswith("_")]
+    assert len(contract) >= 12, contract
+    missing = [n for n in contract if f"`{n}" not in section]
+    assert missing == []

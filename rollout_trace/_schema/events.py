@@ -114,9 +114,10 @@ class TraceClosed(Event, kw_only=True):
     """The last line of a run that closed cleanly; a killed run has none.
 
     The counts cover the run's ``emit`` calls, leaving out the two lifecycle
-    events: ``emitted`` of them in all, ``written`` handed to the sinks,
-    ``dropped`` not handed to them (a full buffer, a closed tracer, the close
-    deadline) and ``invalid`` not encodable, so that
+    events: ``emitted`` of them in all, ``written`` that at least one sink
+    acknowledged writing, ``dropped`` that no sink wrote (a full buffer, the
+    close deadline, every sink failed) and ``invalid`` that could not be
+    encoded or held a value their field's type does not allow, so that
     ``emitted == written + dropped + invalid``.
     """
 
