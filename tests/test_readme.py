@@ -252,3 +252,15 @@ def test_adding_a_sink_names_every_part_of_the_plugin_contract() -> None:
     assert len(contract) >= 12, contract
     missing = [n for n in contract if f"`{n}" not in section]
     assert missing == []
+
+
+def test_ci_runs_the_readme_test_command_word_for_word() -> None:
+    text = _readme()
+    start = text.index("Run the tests")
+    command = _fenced_after(text, "Run the tests", "sh").strip()
+    assert start >= 0 and "\n" not in command
+    # Lint and types as steps of their own, then the tests on every core.
+    assert ".venv/bin/ruff check ." in command and ".venv/bin/mypy" in command
+    assert "pytest -n auto" in command
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert command in ci.splitlines()
