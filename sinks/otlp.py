@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import email.utils
+import contextvars
 import gzip
-import http.client
-import io
-import ipaddress
 import logging
 import math
 import os
@@ -16,6 +13,7 @@ import socket
 import ssl
 import threading
 import time
+import urllib.request
 from collections.abc import Mapping
 from contextlib import suppress
 from decimal import Decimal, InvalidOperation
@@ -26,10 +24,19 @@ import msgspec
 
 from ._base import Sink, SinkOptionValueError
 
+try:
+    import urllib3
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.exceptions import HTTPError, InvalidHeader, LocationValueError, NewConnectionError
+except ImportError as exc:  # the otlp extra is not installed
+    raise ImportError(
+        f"the otlp sinks need urllib3 (pip install 'rollout-trace[otlp]'): {exc}"
+    ) from exc
+
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue
     from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+    from typing_extensions import Self
 
 __all__ = ["OtlpExportError", "OtlpHttpSink", "OtlpHttpsSink"]
 
@@ -77,13 +84,19 @@ class OtlpHttpSink(Sink):
     job from starting. Each ``write()`` is one request (several, each of
     whole lines, above ``REQUEST_BYTES`` of JSON; the tracer hands it no
     more than that, ``max_write``) and returns once the collector accepted
-    it: ``flush()`` has nothing left to do. A refused connection or an
-    answer of 429, 502, 503 or 504 is tried again with exponential backoff
-    (a longer ``Retry-After`` honoured) until ``timeout_s`` seconds from the
-    request's start, a deadline for all of that request: each try's
-    resolution, connection, request and answer too, and the waits between
-    them. Any other answer, a budget spent, or a partial success that
-    rejected records raises ``OtlpExportError``.
+    it: ``flush()`` has nothing left to do. A refused or cut connection, or
+    an answer of 429, 502, 503 or 504, is tried again with exponential
+    backoff (a longer ``Retry-After`` honoured) until ``timeout_s`` seconds
+    from the request's start, a deadline for all of that request: each
+    try's connection, TLS handshake, request and answer too, and the waits
+    between them (a name lookup takes what the system's resolver takes).
+    A request the collector answered with a 2xx status is never sent again:
+    an answer then cut fails the write. Any other answer, a budget spent, or
+    a partial success that rejected records raises ``OtlpExportError``.
+
+    Requests go through the proxy ``$HTTP_PROXY`` or ``$HTTPS_PROXY`` names
+    (lower-case names too) unless ``$NO_PROXY`` lists the collector's host,
+    as curl and the OpenTelemetry exporters have it.
 
     ``close()`` may come from another thread while a write given up as hung
     is still under way: it wakes that write, which then raises and leaves
@@ -103,19 +116,10 @@ class OtlpHttpSink(Sink):
         self._proto = _load_proto()
         env = os.environ
         self.url = _endpoint(location, self.secure, env)
-        parts = urlsplit(self.url)
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname or "localhost"
-        try:
-            port = parts.port
-        except ValueError as exc:
-            raise SinkOptionValueError(f"{self.url!r} has a bad port: {exc}") from exc
-        self._port = port or (443 if self._https else 80)
-        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.timeout_s = _timeout(options, env)
         self.compression = _compression(options, env)
         variable, text = _signal_env(env, "HEADERS")
-        self.headers: dict[str, str | bytes] = {
+        self.headers: dict[str, str] = {
             **_headers(text, variable),
             "Content-Type": "application/x-protobuf",
             "User-Agent": f"rollout-trace/{_sdk_version()}",
@@ -124,20 +128,20 @@ class OtlpHttpSink(Sink):
             self.headers["Content-Encoding"] = "gzip"
         # Built here, so a CA file missing or not a certificate is refused
         # with the URI rather than found at the first write.
-        self._context = _tls_context(env) if self._https else None
+        tls = _tls_context(env) if urlsplit(self.url).scheme == "https" else None
+        self._http = _pool_manager(self.url, tls)
         self._env_resource = _pairs(
             env.get("OTEL_RESOURCE_ATTRIBUTES", ""), "OTEL_RESOURCE_ATTRIBUTES"
         )
         self._env_service = env.get("OTEL_SERVICE_NAME", "").strip()
-        # The connection kept alive between writes. ``close()`` may run on
-        # another thread while a write is under way: both take ``_lock`` to
-        # swap ``_conn``, and a write that finds the sink closed stops.
-        self._lock = threading.Lock()
-        self._conn: _Connection | None = None
-        self._writing = False
-        self._orphan: _Connection | None = None  # taken from a write by close()
+        # close() may run on another thread while a write is under way: it
+        # cuts that write's request (``_flight``), and no write starts after it.
+        # The watchdog, a thread started by the first write, cuts a request at
+        # its deadline; it waits on ``_lock``, which close() notifies.
+        self._lock = threading.Condition()
         self._closed = threading.Event()
-        self._clock = _Clock()
+        self._flight: _Flight | None = None
+        self._watchdog: threading.Thread | None = None
         # Per run: what its trace_opened said, and its resource once built.
         self._opened: dict[str, dict[str, Any]] = {}
         self._resources: dict[str, Resource] = {}
@@ -150,26 +154,13 @@ class OtlpHttpSink(Sink):
         """Nothing to acquire: the first write connects (and retries within its budget)."""
 
     def write(self, data: bytes) -> None:
-        with self._lock:
-            if self._closed.is_set():
-                raise OtlpExportError(f"the sink for {self.url} is closed")
-            self._writing = True
-        try:
-            for chunk in _chunks(data, REQUEST_BYTES):
-                lines = chunk.split(b"\n")
-                if lines and not lines[-1]:
-                    lines.pop()
-                body = self._request(lines).SerializeToString()
-                # Each request has timeout_s of its own (the time to wait for
-                # each batch export, as the OpenTelemetry spec has it).
-                self._clock.deadline = time.monotonic() + self.timeout_s
-                self._send(body, len(lines))
-        finally:
-            with self._lock:
-                self._writing = False
-                orphan, self._orphan = self._orphan, None
-            if orphan is not None:  # close() came meanwhile: the write closes it
-                orphan.close()
+        if self._closed.is_set():
+            raise OtlpExportError(f"the sink for {self.url} is closed")
+        for chunk in _chunks(data, REQUEST_BYTES):
+            lines = chunk.split(b"\n")
+            if lines and not lines[-1]:
+                lines.pop()
+            self._send(self._request(lines).SerializeToString(), len(lines))
 
     def flush(self) -> None:
         """Every write was sent before it returned: nothing is held here."""
@@ -177,22 +168,11 @@ class OtlpHttpSink(Sink):
     def close(self) -> None:
         with self._lock:
             self._closed.set()
-            conn, self._conn = self._conn, None
-            wake = None
-            if conn is not None and self._writing:
-                # A write given up as hung, on another thread: its connection
-                # is left to it, to close as it returns (else two threads
-                # would use it at once); cutting its socket wakes it.
-                self._orphan, wake, conn = conn, conn, None
-        if conn is not None:
-            conn.close()
-        sock = wake.sock if wake is not None else None
-        if sock is not None:
-            # The base class's shutdown: an SSLSocket's own drops its TLS
-            # state under the thread still reading it. A socket the write
-            # closed meanwhile raises, as one never connected has no socket.
-            with suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            flight = self._flight
+            self._lock.notify()  # the watchdog ends
+        if flight is not None:  # a write given up as hung, still under way
+            flight.cut("closed")
+        self._http.clear()
 
     # --- building a request ------------------------------------------------------
 
@@ -271,95 +251,121 @@ class OtlpHttpSink(Sink):
     # --- sending -----------------------------------------------------------------
 
     def _send(self, body: bytes, n: int) -> None:
+        """POST one request of ``n`` records, within a ``timeout_s`` of its own (the
+        time to wait for each batch export, as the OpenTelemetry spec has it)."""
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=6)
-        tries = 0
-        while True:
-            tries += 1
-            reused = self._conn is not None
-            retry_after: float | None = None
-            try:
-                status, reason, headers, payload = self._post(body)
-            except (OSError, http.client.HTTPException) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-                if self._closed.is_set():
-                    raise OtlpExportError(
-                        f"the sink was closed while sending {n} records to the collector "
-                        f"at {self.url} ({tries} tries): {problem}"
-                    ) from exc
-                if isinstance(exc, ssl.SSLCertVerificationError):
-                    raise OtlpExportError(
-                        f"the collector at {self.url} is not trusted: {problem} "
-                        "(not retried; $OTEL_EXPORTER_OTLP_CERTIFICATE names a CA file)"
-                    ) from exc
-                if reused and tries == 1 and _stale(exc):
-                    continue  # a kept-alive connection the collector had closed
-            else:
-                if 200 <= status < 300:
-                    self.requests += 1
-                    self._check_partial(payload, n)
-                    return
-                problem = f"HTTP {status} {reason}{_detail(headers, payload)}"
-                if status not in RETRYABLE:
-                    raise OtlpExportError(
-                        f"the collector at {self.url} refused {n} records: {problem} "
-                        "(not retried: only 429, 502, 503, 504 and connection errors are)"
-                    )
-                retry_after = _retry_after(headers.get("Retry-After"))
-            wait = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (tries - 1))
-            wait *= random.uniform(0.5, 1.0)
-            if retry_after is not None:
-                # It can only lengthen the backoff: "0" or a date gone by
-                # must not make a loop of requests to a collector that is busy.
-                wait = max(wait, retry_after)
-            left = self._clock.deadline - time.monotonic()
-            if wait >= left:
-                after = f" (it asked to wait {retry_after:g} s)" if retry_after else ""
-                raise OtlpExportError(
-                    f"could not send {n} records to the collector at {self.url} within "
-                    f"timeout_s={self.timeout_s:g} ({tries} tries): {problem}{after}"
-                )
-            if self._closed.wait(wait):
-                raise OtlpExportError(
-                    f"the sink was closed while sending {n} records to the collector "
-                    f"at {self.url} ({tries} tries): {problem}"
-                )
-
-    def _post(self, body: bytes) -> tuple[int, str, http.client.HTTPMessage, bytes]:
-        """One try, every step of it within the request's deadline (``_clock``)."""
-        clock = self._clock
+        flight = _Flight(self.timeout_s, self._closed)
         with self._lock:
             if self._closed.is_set():
-                raise ConnectionAbortedError("the sink is closed")
-            conn = self._conn
-            if conn is None:
-                conn = self._conn = _Connection(self._host, self._port, self._context, clock)
+                raise OtlpExportError(f"the sink for {self.url} is closed")
+            self._flight = flight
+            if self._watchdog is None or not self._watchdog.is_alive():  # or a forked child
+                self._watchdog = threading.Thread(
+                    target=self._watch, name=f"rollout_trace {self.url} deadlines", daemon=True
+                )
+                self._watchdog.start()
+        token = _FLIGHT.set(flight)
         try:
-            if conn.sock is None:
-                conn.connect()
-                if self._closed.is_set():  # while it connected: close() saw no socket
-                    raise ConnectionAbortedError("the sink is closed")
-            conn.request("POST", self._path, body=body, headers=self.headers)
-            response = conn.getresponse()
-            payload = response.read()
-        except BaseException:
-            self._drop(conn)
+            response = self._http.urlopen(
+                "POST",
+                self.url,
+                body=body,
+                headers=self.headers,
+                retries=_Retry(
+                    flight,
+                    total=None,
+                    other=0,  # not a connection or read error (TLS, a proxy's refusal): final
+                    allowed_methods=None,  # POST too: OTLP export requests may be sent again
+                    status_forcelist=RETRYABLE,
+                    backoff_factor=_BACKOFF_FIRST_S,
+                    backoff_max=_BACKOFF_MAX_S,
+                ),
+                timeout=_Left(flight),
+                redirect=False,
+                preload_content=False,  # the body is read here, once the status is known
+            )
+            self._answer(response, flight, n)
+        except _GiveUp as exc:
+            raise self._failure(flight, n) from exc
+        except OtlpExportError:
             raise
-        if response.will_close:
-            self._drop(conn)
-        else:
+        except (HTTPError, OSError) as exc:  # not retried, or cut as a try began
+            flight.failed(exc)
+            raise self._failure(flight, n, _chain(exc)[-1]) from exc
+        finally:
+            _FLIGHT.reset(token)
             with self._lock:
-                kept = self._conn is conn
-            if not kept:  # close() came meanwhile, on another thread
-                conn.close()
-        return response.status, response.reason, response.headers, payload
+                self._flight = None
 
-    def _drop(self, conn: _Connection) -> None:
-        """Close a connection the write used, and forget it."""
+    def _watch(self) -> None:
+        """Cut each request at its deadline, until the sink is closed: each step of a
+        request times out by itself when no byte comes, but an answer trickled a byte
+        at a time does not. With no request to watch, it waits ``timeout_s``: a
+        request that starts meanwhile ends later, so nothing needs to wake it."""
         with self._lock:
-            if self._conn is conn:
-                self._conn = None
-        conn.close()
+            while not self._closed.is_set():
+                flight = self._flight
+                if flight is None or flight.cut_by is not None:
+                    self._lock.wait(self.timeout_s)
+                elif flight.left() > 0:
+                    self._lock.wait(flight.left())
+                else:
+                    flight.cut("deadline")
+
+    def _answer(self, response: urllib3.BaseHTTPResponse, flight: _Flight, n: int) -> None:
+        """Read the answer to a request: a 2xx is the collector's, never sent again."""
+        status = f"HTTP {response.status} {response.reason}"
+        if not 200 <= response.status < 300:
+            payload = b""
+            with suppress(HTTPError, OSError):
+                payload = response.read()
+            raise OtlpExportError(
+                f"the collector at {self.url} refused {n} records: "
+                f"{status}{_detail(response.headers, payload)} "
+                "(not retried: only 429, 502, 503, 504 and connection errors are)"
+            )
+        try:
+            payload = response.read()
+        except (HTTPError, OSError) as exc:
+            problem = _describe(exc, flight)[0]
+            if flight.cut_by == "closed":
+                problem = "the sink was closed"
+            raise OtlpExportError(
+                f"the collector at {self.url} answered {status} to {n} records, but its "
+                f"answer could not be read ({problem}): not sent again, as the collector "
+                "may hold them, and not counted as written"
+            ) from exc
+        self.requests += 1
+        self._check_partial(payload, n)
+
+    def _failure(
+        self, flight: _Flight, n: int, final: BaseException | None = None
+    ) -> OtlpExportError:
+        """Why a request was given up: the sink closed, its deadline passed, or
+        ``final``, an error that is not retried."""
+        tries = f"{flight.tries} {'try' if flight.tries == 1 else 'tries'}"
+        if flight.cut_by == "closed" or self._closed.is_set():
+            return OtlpExportError(
+                f"the sink was closed while sending {n} records to the collector at "
+                f"{self.url} ({tries}): {flight.problem}"
+            )
+        if isinstance(final, ssl.SSLCertVerificationError):
+            return OtlpExportError(
+                f"the collector at {self.url} is not trusted: {flight.problem} "
+                "(not retried; $OTEL_EXPORTER_OTLP_CERTIFICATE names a CA file)"
+            )
+        if final is not None and flight.cut_by is None:
+            return OtlpExportError(
+                f"could not send {n} records to the collector at {self.url}: "
+                f"{flight.problem} (not retried: only connection errors and 429, 502, "
+                "503, 504 are)"
+            )
+        after = f" (it asked to wait {flight.asked:g} s)" if flight.asked else ""
+        return OtlpExportError(
+            f"could not send {n} records to the collector at {self.url} within "
+            f"timeout_s={self.timeout_s:g} ({tries}): {flight.problem}{after}"
+        )
 
     def _check_partial(self, payload: bytes, n: int) -> None:
         """A partial success that rejected records raises: the write is not all written."""
@@ -386,131 +392,192 @@ class OtlpHttpSink(Sink):
             )
 
 
-class _Clock:
-    """The deadline of the request under way, and the time each step may still take."""
-
-    def __init__(self) -> None:
-        self.deadline = math.inf
-
-    def left(self) -> float:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out")
-        return left
-
-
-class _Reader(io.RawIOBase):
-    """A socket's bytes, each read bounded by the time left: ``sock.makefile()``
-    gives each read the whole timeout, so an answer trickled a byte at a time
-    could take any time."""
-
-    def __init__(self, sock: socket.socket, clock: _Clock) -> None:
-        super().__init__()
-        self._sock = sock
-        self._clock = clock
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        self._sock.settimeout(self._clock.left())
-        return self._sock.recv_into(buffer)
-
-
-class _Connection(http.client.HTTPConnection):
-    """HTTP/1.1 to the collector (over TLS with ``tls``), each step within the
-    deadline of ``clock``: the name's resolution, the connection, the TLS
-    handshake, the request and every read of the answer. It never reconnects
-    by itself (``auto_open``): a write connects it, and a closed sink does not."""
-
-    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None, clock: _Clock) -> None:
-        super().__init__(host, port)
-        self.auto_open = 0
-        self.default_port = 443 if tls is not None else 80  # for the Host header
-        self._tls = tls
-        self._clock = clock
-
-        class Response(http.client.HTTPResponse):
-            def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
-                super().__init__(sock, *args, **kwargs)
-                self.fp.close()  # the makefile() one
-                self.fp = io.BufferedReader(_Reader(sock, clock))
-
-        self.response_class = Response
-
-    def send(self, data: Any) -> None:
-        # The headers, then the body: each in one sendall(), whose timeout
-        # bounds it as a whole.
-        if self.sock is not None:
-            self.sock.settimeout(self._clock.left())
-        super().send(data)
-
-    def connect(self) -> None:
-        clock = self._clock
-        sock = _open_socket(self.host, self.port, clock)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._tls is not None:
-                sock.settimeout(clock.left())
-                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def _open_socket(host: str, port: int, clock: _Clock) -> socket.socket:
-    """A TCP connection to ``host``, resolved and connected within the time left."""
-    error: OSError | None = None
-    for family, kind, proto, _, address in _resolve(host, port, clock):
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.settimeout(clock.left())
-            sock.connect(address)
-        except OSError as exc:
-            sock.close()
-            if isinstance(exc, TimeoutError):
-                raise
-            error = exc
-            continue
-        return sock
-    raise error or OSError(f"{host!r} resolved to no address")
-
-
-def _resolve(host: str, port: int, clock: _Clock) -> list[Any]:
-    """``getaddrinfo()`` within the time left. It has no timeout of its own (a
-    DNS server that does not answer holds it for the resolver's own retries),
-    so a name is looked up on a thread of its own, left behind if it is late."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:  # an address: nothing to look up
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    done = threading.Event()
-    answer: list[Any] = []
-
-    def look_up() -> None:
-        try:
-            answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except BaseException as exc:  # handed to the write, which raises it
-            answer.append(exc)
-        done.set()
-
-    threading.Thread(target=look_up, name=f"rollout_trace resolve {host}", daemon=True).start()
-    if not done.wait(clock.left()):
-        raise TimeoutError(f"timed out resolving {host!r}")
-    if isinstance(answer[0], BaseException):
-        raise answer[0]
-    result: list[Any] = answer[0]
-    return result
-
-
 class OtlpHttpsSink(OtlpHttpSink):
     """``otlp+https://``: the same over TLS (the system's trust store, or
     ``$OTEL_EXPORTER_OTLP_CERTIFICATE``)."""
 
     secure = True
+
+
+# --- one request, on urllib3 --------------------------------------------------------
+
+
+class _GiveUp(Exception):
+    """Raised between tries: the sink is closed, or the deadline leaves no time."""
+
+
+class _Flight:
+    """A request under way: its deadline, its tries and why they failed, and the
+    socket it is on, which ``cut()`` shuts down (at the deadline, or from
+    ``close()`` on another thread) to wake a read or a send blocked on it."""
+
+    def __init__(self, timeout_s: float, closed: threading.Event) -> None:
+        self.deadline = time.monotonic() + timeout_s
+        self.closed = closed
+        self.tries = 1
+        self.problem = ""  # why the last try failed
+        self.asked: float | None = None  # the Retry-After of the last answer, in seconds
+        self.cut_by: str | None = None  # "deadline" or "closed"
+        self._cause: str | None = None  # the last failure that was not a timeout
+        self._sock: Any = None
+        self._lock = threading.Lock()
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def failed(
+        self, error: BaseException | None, response: urllib3.BaseHTTPResponse | None = None
+    ) -> None:
+        """Say why a try failed by its real cause: a try that the deadline cut
+        short does not hide why the tries before it failed."""
+        if response is not None:
+            problem, timed_out = f"HTTP {response.status} {response.reason}", False
+        else:
+            problem, timed_out = _describe(error, self)
+        if not timed_out:
+            self._cause = problem
+        elif self._cause:
+            problem = f"{self._cause}, then the last try timed out"
+        self.problem = problem
+
+    def use(self, sock: Any) -> None:
+        """The connection is about to send on ``sock`` (``None``: it connects
+        first); raises once the request is cut, so that it sends no more."""
+        with self._lock:
+            if self.cut_by is not None:
+                raise ConnectionAbortedError(f"the request was cut ({self.cut_by})")
+            if sock is not None:
+                self._sock = sock
+
+    def cut(self, why: str) -> None:
+        with self._lock:
+            self.cut_by = self.cut_by or why
+            sock = self._sock
+        if sock is not None:
+            # As urllib3's HTTPResponse.shutdown() does: a socket closed
+            # meanwhile raises, and a TLS-in-TLS one has nothing to shut.
+            with suppress(OSError, AttributeError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+# The request under way on this thread, which its connection tells the socket
+# it sends on (urllib3 gives no other way to reach the connection in use).
+_FLIGHT: contextvars.ContextVar[_Flight | None] = contextvars.ContextVar(
+    "rollout_trace_otlp_flight", default=None
+)
+
+
+class _Connection(HTTPConnection):
+    """urllib3's connection, on a socket the request under way can cut."""
+
+    def send(self, data: Any) -> None:
+        flight = _FLIGHT.get()
+        if flight is not None:
+            flight.use(self.sock)
+        super().send(data)
+
+
+class _TlsConnection(_Connection, HTTPSConnection):
+    pass
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _Connection
+
+
+class _TlsPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _TlsConnection
+
+
+class _Left(urllib3.Timeout):
+    """Each step's timeout (connecting, the TLS handshake, sending, waiting for
+    the answer): the time left until the request's deadline."""
+
+    def __init__(self, flight: _Flight) -> None:
+        super().__init__()
+        self._flight = flight
+
+    def clone(self) -> _Left:
+        return _Left(self._flight)
+
+    @property
+    def connect_timeout(self) -> float:
+        return max(self._flight.left(), 1e-3)
+
+    read_timeout = connect_timeout
+
+
+class _Retry(urllib3.Retry):
+    """urllib3's retries until the request's deadline: each wait is the
+    exponential backoff, or a longer ``Retry-After``; a wait that would end
+    past the deadline, or a close, raises ``_GiveUp`` instead."""
+
+    def __init__(self, flight: _Flight, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.flight = flight
+
+    def new(self, **kwargs: Any) -> Self:
+        return super().new(flight=self.flight, **kwargs)
+
+    def get_backoff_time(self) -> float:
+        # From the first retry on (urllib3's own tries a second time at
+        # once), jittered down to half so that clients do not retry in step.
+        backoff = self.backoff_factor * 2.0 ** (len(self.history) - 1)
+        return min(self.backoff_max, backoff) * random.uniform(0.5, 1.0)
+
+    def sleep(self, response: urllib3.BaseHTTPResponse | None = None) -> None:
+        flight = self.flight
+        flight.failed(self.history[-1].error, response)
+        flight.asked = None
+        if response is not None:
+            with suppress(InvalidHeader):
+                flight.asked = self.get_retry_after(response)
+        # A Retry-After can only lengthen the backoff: "0" or a date gone by
+        # must not make a loop of requests to a collector that is busy.
+        wait = max(self.get_backoff_time(), flight.asked or 0.0)
+        if flight.closed.is_set() or wait >= flight.left() or flight.closed.wait(wait):
+            raise _GiveUp
+        flight.tries += 1
+
+
+def _quiet(record: logging.LogRecord) -> bool:
+    """urllib3 logs a warning for each retry; this sink's are not (a failure is
+    reported once, by the tracer)."""
+    return not (isinstance(record.args, tuple) and any(isinstance(a, _Retry) for a in record.args))
+
+
+logging.getLogger("urllib3.connectionpool").addFilter(_quiet)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and what it wraps, down to what went wrong under urllib3's
+    wrappers (``MaxRetryError``, ``ProxyError``, ``ProtocolError``...)."""
+    chain = [error]
+    while isinstance(error, HTTPError):
+        inner = (
+            getattr(error, "reason", None)
+            or getattr(error, "original_error", None)
+            or error.__cause__
+            or next((a for a in error.args if isinstance(a, BaseException)), None)
+        )
+        if not isinstance(inner, BaseException) or inner in chain:
+            break
+        chain.append(error := inner)
+    return chain
+
+
+def _describe(error: BaseException | None, flight: _Flight) -> tuple[str, bool]:
+    """A failure as the user reads it, and whether it is a timeout. Once the
+    deadline cut the request, whatever the cut raised is one; a connection
+    that could not be made failed by itself (the cut had no socket to shut)."""
+    chain = _chain(error) if error is not None else []
+    if not chain:
+        return "no answer", False
+    connecting = any(isinstance(e, NewConnectionError) for e in chain)
+    if flight.cut_by == "deadline" and not connecting:
+        return "TimeoutError: timed out", True
+    root = chain[-1]
+    return f"{type(root).__name__}: {root}", isinstance(root, TimeoutError)
 
 
 # --- values -----------------------------------------------------------------------
@@ -654,6 +721,10 @@ def _check_url(url: str, variable: str, secure: bool) -> str:
         raise SinkOptionValueError(
             f"${variable}={url!r} is not an http:// or https:// URL (e.g. http://collector:4318)"
         )
+    try:
+        parts.port  # noqa: B018
+    except ValueError as exc:
+        raise SinkOptionValueError(f"${variable}={url!r} has a bad port: {exc}") from exc
     if secure and parts.scheme != "https":
         # Else the headers (often a token) would go in clear text.
         raise SinkOptionValueError(
@@ -677,6 +748,48 @@ def _tls_context(env: Mapping[str, str]) -> ssl.SSLContext:
             f"${variable}={cafile!r} is not a CA file that can be used: {reason} "
             "(it names a PEM file of the certificates that sign the collector's)"
         ) from exc
+
+
+def _pool_manager(url: str, tls: ssl.SSLContext | None) -> urllib3.PoolManager:
+    """A kept-alive connection to the collector, through the proxy the
+    environment names for ``url`` if any (refused here if urllib3 cannot use it)."""
+    proxy = _proxy(url)
+    manager: urllib3.PoolManager
+    if proxy is None:
+        manager = urllib3.PoolManager(maxsize=1, ssl_context=tls)
+    else:
+        parts = urlsplit(proxy)
+        credentials = None
+        if parts.username is not None:  # user:password@ in the URL, as curl takes them
+            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        try:
+            manager = urllib3.ProxyManager(
+                proxy,
+                proxy_headers=urllib3.make_headers(proxy_basic_auth=credentials),
+                maxsize=1,
+                ssl_context=tls,
+            )
+        except LocationValueError as exc:
+            shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+            scheme = urlsplit(url).scheme
+            raise SinkOptionValueError(
+                f"${scheme.upper()}_PROXY (or ${scheme}_proxy)={shown!r} is not an "
+                f"http:// or https:// URL: {exc}"
+            ) from exc
+    manager.pool_classes_by_scheme = {"http": _Pool, "https": _TlsPool}
+    return manager
+
+
+def _proxy(url: str) -> str | None:
+    """``$HTTP_PROXY`` or ``$HTTPS_PROXY`` (or their lower-case names) by the
+    scheme of ``url``, unless ``$NO_PROXY`` lists its host: the proxy curl and
+    the OpenTelemetry exporters would use."""
+    parts = urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme, "").strip()
+    host = parts.hostname or ""
+    if not proxy or urllib.request.proxy_bypass(f"{host}:{parts.port}" if parts.port else host):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
 
 
 def _timeout(options: Mapping[str, str], env: Mapping[str, str]) -> float:
@@ -720,12 +833,13 @@ def _number(text: str) -> float:
         return math.nan
 
 
-def _headers(text: str, variable: str) -> dict[str, bytes]:
+def _headers(text: str, variable: str) -> dict[str, str]:
     """The headers variable: ``k=v,k2=v2``, percent-decoded; each value's bytes
-    are sent as they are (text in UTF-8). A name that is not an HTTP token or
-    a value with a control character (CR, LF, NUL...) is refused here, naming
-    the header but not its value (often a secret)."""
-    headers: dict[str, bytes] = {}
+    are sent as they are (text in UTF-8; held as latin-1 text, which HTTP
+    sends byte for byte). A name that is not an HTTP token or a value with a
+    control character (CR, LF, NUL...) is refused here, naming the header but
+    not its value (often a secret)."""
+    headers: dict[str, str] = {}
     for name, value in _pairs(text, variable, decode=False).items():
         if not _TOKEN.fullmatch(name):
             raise SinkOptionValueError(
@@ -742,7 +856,7 @@ def _headers(text: str, variable: str) -> dict[str, bytes]:
                 "value may hold anything but control characters (CR, LF, NUL...; a tab is "
                 "allowed)"
             )
-        headers[name] = raw
+        headers[name] = raw.decode("latin-1")
     return headers
 
 
@@ -764,28 +878,7 @@ def _pairs(text: str, variable: str, *, decode: bool = True) -> dict[str, str]:
     return pairs
 
 
-def _retry_after(text: str | None) -> float | None:
-    """``Retry-After`` in seconds: a number of them, or an HTTP date."""
-    if not text:
-        return None
-    text = text.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _stale(exc: BaseException) -> bool:
-    return isinstance(
-        exc,
-        (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError),
-    )
-
-
-def _detail(headers: http.client.HTTPMessage, payload: bytes) -> str:
+def _detail(headers: Mapping[str, str], payload: bytes) -> str:
     """A short text from an error answer (a protobuf Status is left out)."""
     if not payload or "protobuf" in headers.get("Content-Type", ""):
         return ""

@@ -15,6 +15,15 @@ apart (until ``down()``); ``fail_next(n, status)`` answers the next ``n``
 requests with ``status`` and keeps nothing of them; ``reject_next(k)`` answers the next
 request with a partial success that rejected its last ``k`` records (which
 are not kept).
+
+How an answer is framed (each answer has a body, so that its framing
+matters): ``version = "HTTP/1.0"`` answers as ``http.server`` does by
+default, closing the connection after each answer; ``length = False`` sends
+no Content-Length (the body ends when the receiver closes the connection);
+``close = True`` says ``Connection: close``; ``body_after`` sends the body
+that many seconds after the status and headers, in a write of its own;
+``cut = True`` closes the connection 10 bytes short of the Content-Length
+(the records are kept all the same: the status said they were taken).
 """
 
 from __future__ import annotations
@@ -148,7 +157,14 @@ class _Trickling:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The body goes in a write after the headers': without this, it would wait
+    # for the client's delayed acknowledgement of them (40 ms).
+    disable_nagle_algorithm = True
     server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.protocol_version = self.server.receiver.version
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -178,6 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
             if fail is None:
                 receiver.keep(request, reject[0] if reject else 0)
         answer = ExportLogsServiceResponse()
+        answer.partial_success.SetInParent()  # nothing rejected, but a body of 2 bytes
         status, headers = (fail[0], fail[1]) if fail else (200, {})
         if reject:
             answer.partial_success.rejected_log_records = reject[0]
@@ -188,10 +205,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile = _Trickling(self.wfile, receiver.trickle, server)
         self.send_response(status)
         self.send_header("Content-Type", "application/x-protobuf" if fail is None else "text/plain")
-        self.send_header("Content-Length", str(len(payload)))
+        if receiver.length:
+            self.send_header("Content-Length", str(len(payload) + 10 * receiver.cut))
+        if receiver.close:
+            self.send_header("Connection", "close")
         for name, text in headers.items():
             self.send_header(name, text)
         self.end_headers()
+        if not receiver.length or receiver.close or receiver.cut:
+            self.close_connection = True
+        if receiver.body_after > 0:
+            server.gone.wait(receiver.body_after)
         self.wfile.write(payload)
 
 
@@ -204,6 +228,11 @@ class Receiver:
         self.port = 0
         self.delay = 0.0
         self.trickle = 0.0
+        self.version = "HTTP/1.1"
+        self.length = True
+        self.close = False
+        self.body_after = 0.0
+        self.cut = False
         self.plan = _Plan()
         self.entries: list[Entry] = []
         self.seen: list[Seen] = []
@@ -274,6 +303,11 @@ class Receiver:
             self.plan = _Plan()
         self.delay = 0.0
         self.trickle = 0.0
+        self.version = "HTTP/1.1"
+        self.length = True
+        self.close = False
+        self.body_after = 0.0
+        self.cut = False
 
     def keep(self, request: ExportLogsServiceRequest, rejected: int) -> None:
         """Keep a request's records (the caller holds ``lock``), less the last ``rejected``."""

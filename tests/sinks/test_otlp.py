@@ -6,6 +6,8 @@ answered with success: every count below is checked against those records.
 
 from __future__ import annotations
 
+import base64
+import importlib
 import itertools
 import json
 import logging
@@ -24,6 +26,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from forward_proxy import Proxy
 from otlp_receiver import Receiver
 from samples import dispatched
 from writing.harness import DRIVERS, IDS, Driver, Handle
@@ -44,6 +47,14 @@ def no_otel_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test sets the OTEL_ variables it means; none leak in from outside."""
     for name in list(os.environ):
         if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nor do the proxy variables: each test that means a proxy names it."""
+    for name in list(os.environ):
+        if name.lower() in ("http_proxy", "https_proxy", "no_proxy", "all_proxy"):
             monkeypatch.delenv(name)
 
 
@@ -520,6 +531,12 @@ BAD = [
         {"OTEL_EXPORTER_OTLP_HEADERS": "x-c=a\nb"},
         ["$OTEL_EXPORTER_OTLP_HEADERS", "header 'x-c'", "'\\n'"],
     ),
+    # A proxy that is not http:// or https://, shown without its credentials.
+    (
+        "otlp+http://h",
+        {"HTTP_PROXY": "socks5://rl:s3cret@p:1080"},
+        ["'socks5://p:1080'", "$HTTP_PROXY", "not an http:// or https:// URL"],
+    ),
     # A name with a blank, or a colon, is not an HTTP token.
     (
         "otlp+http://h",
@@ -562,6 +579,13 @@ def test_without_opentelemetry_proto_the_error_names_the_extra(
         parse_uri("otlp+http://h:4318")
 
 
+def test_without_urllib3_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "urllib3", None)
+    monkeypatch.delitem(sys.modules, "sinks.otlp")
+    with pytest.raises(ImportError, match=r"pip install 'rollout-trace\[otlp\]'"):
+        importlib.import_module("sinks.otlp")
+
+
 def test_both_schemes_are_registered() -> None:
     assert parse_uri("otlp+http://h:4318").factory is OtlpHttpSink
     assert parse_uri("otlp+https://h").factory is OtlpHttpsSink
@@ -599,6 +623,47 @@ def test_a_collector_down_at_open_does_not_stop_the_job(
         assert out.counts.written == 100
     else:
         assert (out.counts.written, out.counts.dropped) == (0, 100)
+
+
+class _Stalling:
+    """The sink module's ``time``, whose clock a stall moves ahead: a thread of a
+    loaded machine that runs again long after it should."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@pytest.mark.parametrize("times_out", [False, True], ids=["stalled-before", "timed-out"])
+def test_a_refused_connection_is_reported_as_refused_however_loaded_the_machine(
+    times_out: bool, monkeypatch: pytest.MonkeyPatch, make: Callable[..., OtlpHttpSink]
+) -> None:
+    """The second try's thread stalls past the deadline before it connects, and its
+    connection then is refused (or times out): the error still names the refusal."""
+    clock = _Stalling()
+    monkeypatch.setattr(sinks.otlp, "time", clock)
+    lookups: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        lookups.append(host)
+        if len(lookups) == 2:
+            clock.ahead += 60
+            if times_out:
+                raise TimeoutError("timed out")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    sink = make(f"127.0.0.1:{_free_port()}", {"timeout_s": "5"})
+    with pytest.raises(OtlpExportError, match="within timeout_s=5 ") as caught:
+        sink.write(_line(**_opened()))
+    assert "ConnectionRefusedError" in str(caught.value)
+    assert len(lookups) == 2
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
@@ -790,45 +855,26 @@ def test_a_short_retry_after_does_not_cut_the_backoff(
     assert all(later - earlier >= 0.1 for earlier, later in itertools.pairwise(arrivals))
 
 
-def _trickled(pause: float) -> Callable[..., str]:
-    def setup(receiver: Receiver, monkeypatch: pytest.MonkeyPatch, released: Any) -> str:
+def _trickled(pause: float) -> Callable[[Receiver], None]:
+    def setup(receiver: Receiver) -> None:
         receiver.trickle = pause
-        return receiver.location
 
     return setup
 
 
-def _never_answers(receiver: Receiver, monkeypatch: pytest.MonkeyPatch, released: Any) -> str:
+def _never_answers(receiver: Receiver) -> None:
     receiver.delay = math.inf
-    return receiver.location
 
 
-def _always_busy(receiver: Receiver, monkeypatch: pytest.MonkeyPatch, released: Any) -> str:
+def _always_busy(receiver: Receiver) -> None:
     receiver.fail_next(10_000, 503)
-    return receiver.location
-
-
-def _slow_to_resolve(
-    receiver: Receiver, monkeypatch: pytest.MonkeyPatch, released: threading.Event
-) -> str:
-    real = socket.getaddrinfo
-
-    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
-        if host == "collector.test":
-            released.wait(30)  # a DNS server that does not answer
-            host = "127.0.0.1"
-        return real(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    return f"collector.test:{receiver.port}"
 
 
 # What the write meets: (how to set it up, timeout_s, whether it is taken in time).
+# A name lookup is not among them: it takes what the system's resolver takes.
 DEADLINES = [
     # An answer a byte every 0.5 s: each read is quick, the whole answer is not.
     pytest.param(_trickled(0.5), "1", False, id="trickled-answer"),
-    # A name whose lookup does not end (getaddrinfo has no timeout of its own).
-    pytest.param(_slow_to_resolve, "1", False, id="slow-name-lookup"),
     # No answer at all.
     pytest.param(_never_answers, "1", False, id="no-answer"),
     # 503 every time: the tries and the waits between them count too.
@@ -840,27 +886,23 @@ DEADLINES = [
 
 @pytest.mark.parametrize(("setup", "timeout_s", "taken"), DEADLINES)
 def test_timeout_s_is_a_deadline_for_a_whole_request(
-    setup: Callable[..., str],
+    setup: Callable[[Receiver], None],
     timeout_s: str,
     taken: bool,
     receiver: Receiver,
-    monkeypatch: pytest.MonkeyPatch,
     make: Callable[..., OtlpHttpSink],
 ) -> None:
-    released = threading.Event()
-    try:
-        sink = make(setup(receiver, monkeypatch, released), {"timeout_s": timeout_s})
-        began = time.monotonic()
-        if taken:
-            sink.write(_line(**_opened()))
-            assert len(receiver.entries) == 1
-            return
-        with pytest.raises(OtlpExportError, match=f"within timeout_s={timeout_s} "):
-            sink.write(_line(**_opened()))
-        # Ended at its deadline (a generous margin: the machine is shared).
-        assert time.monotonic() - began < float(timeout_s) + 9
-    finally:
-        released.set()
+    setup(receiver)
+    sink = make(receiver.location, {"timeout_s": timeout_s})
+    began = time.monotonic()
+    if taken:
+        sink.write(_line(**_opened()))
+        assert len(receiver.entries) == 1
+        return
+    with pytest.raises(OtlpExportError, match=f"within timeout_s={timeout_s} "):
+        sink.write(_line(**_opened()))
+    # Ended at its deadline (a generous margin: the machine is shared).
+    assert time.monotonic() - began < float(timeout_s) + 9
 
 
 # A write of several requests to a collector that takes its time over each:
@@ -1000,6 +1042,71 @@ def test_a_connection_the_collector_closed_is_replaced_at_once(
     assert len(receiver.entries) == 2
 
 
+# --- how the collector frames its answers ------------------------------------------------
+
+# Answers that end when the collector closes the connection (receiver settings).
+FRAMINGS = [
+    # HTTP/1.0 without a Content-Length: the body ends with the connection.
+    pytest.param({"version": "HTTP/1.0", "length": False}, id="http1.0-ended-by-close"),
+    # HTTP/1.1 with Connection: close, the body in a later write than the headers.
+    pytest.param({"close": True, "body_after": 0.05}, id="http1.1-close-body-later"),
+    # Python's http.server as it is by default: HTTP/1.0, a Content-Length, the
+    # body in a write of its own.
+    pytest.param({"version": "HTTP/1.0", "body_after": 0.05}, id="http1.0-body-later"),
+]
+
+
+@pytest.mark.parametrize("framing", FRAMINGS)
+def test_an_answer_ended_by_closing_the_connection_is_read_and_each_request_sent_once(
+    framing: dict[str, Any], receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    for name, setting in framing.items():
+        setattr(receiver, name, setting)
+    sink = make(receiver.location, {"timeout_s": "2"})
+    for seq in range(3):  # each on a connection of its own, the last one closed
+        sink.write(_line(event="x", time=1.0, run_id=RUN, seq=seq))
+    assert [seen.status for seen in receiver.seen] == [200] * 3
+    assert [line["seq"] for line in receiver.lines_kept] == [0, 1, 2]
+    assert sink.requests == 3
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+def test_every_record_reaches_an_http10_collector_once(
+    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # As Python's http.server answers: HTTP/1.0, the body after the headers.
+    receiver.version = "HTTP/1.0"
+    receiver.body_after = 0.01
+
+    async def scenario(h: Handle) -> bool:
+        for start in range(0, 300, 100):
+            await _emit(h, start, start + 100)
+            assert await h.flush()
+        return True
+
+    out = driver.run([receiver.uri, "memory://"], scenario)
+    assert out.value is True
+    assert _warnings(trace_log) == []
+    memory = out.tracer.sinks[1]
+    assert isinstance(memory, MemorySink)
+    assert receiver.lines_kept == [json.loads(line) for line in memory.lines()]  # each once
+    (tally, _) = _closed(memory)["sinks"]
+    assert tally["error"] is None and tally["written"] == out.counts.written == 300
+    assert [seen.status for seen in receiver.seen] == [200] * len(receiver.seen)
+
+
+def test_a_request_answered_2xx_is_not_sent_again_when_its_answer_is_cut(
+    receiver: Receiver, make: Callable[..., OtlpHttpSink]
+) -> None:
+    receiver.cut = True  # 200 and its headers, then the connection closed short of the body
+    sink = make(receiver.location, {"timeout_s": "2"})
+    with pytest.raises(OtlpExportError, match=r"answered HTTP 200 OK .*: not sent again"):
+        sink.write(_line(**_opened()) * 3)
+    assert [seen.status for seen in receiver.seen] == [200]  # one request, not tried again
+    assert len(receiver.entries) == 3
+    assert sink.requests == 0  # counted as not written: its answer was not read
+
+
 # --- TLS ----------------------------------------------------------------------------------
 
 
@@ -1037,4 +1144,70 @@ def test_https_with_the_certificate_variable(
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(cert))
         sink = make(receiver.location, {}, OtlpHttpsSink)
         sink.write(_line(**_opened()))
+        assert len(receiver.entries) == 1
+
+
+# --- proxies ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    with Proxy() as p:
+        yield p
+
+
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy"])
+def test_requests_go_through_the_proxy_the_environment_names(
+    variable: str,
+    receiver: Receiver,
+    proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    # Credentials in the proxy's URL, percent-encoded, as curl takes them.
+    monkeypatch.setenv(variable, proxy.url.replace("//", "//rl:p%40ss@"))
+    sink = make(receiver.location, {})
+    sink.write(_line(**_opened()))
+    sink.write(_line(**_opened()))
+    target = f"http://{receiver.location}/v1/logs"
+    assert [(f.method, f.target) for f in proxy.requests] == [("POST", target)] * 2
+    credentials = base64.b64encode(b"rl:p@ss").decode()
+    to_proxy = {k.lower(): v for k, v in proxy.requests[0].headers.items()}
+    assert to_proxy["proxy-authorization"] == f"Basic {credentials}"
+    assert len(receiver.entries) == 2
+    assert "proxy-authorization" not in {k.lower() for k in receiver.seen[0].headers}
+
+
+@pytest.mark.parametrize(
+    "no_proxy", ["127.0.0.1", "localhost, 127.0.0.1", "*", "127.0.0.1:{port}", "NO-MATCH"]
+)
+def test_no_proxy_lists_the_hosts_reached_without_it(
+    no_proxy: str,
+    receiver: Receiver,
+    proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", no_proxy.format(port=receiver.port))
+    make(receiver.location, {}).write(_line(**_opened()))
+    assert len(receiver.entries) == 1
+    assert len(proxy.requests) == (1 if no_proxy == "NO-MATCH" else 0)
+
+
+def test_https_goes_through_the_proxy_in_a_tunnel(
+    certificate: tuple[Path, Path],
+    proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[..., OtlpHttpSink],
+) -> None:
+    cert, key = certificate
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(cert))
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{_free_port()}")  # for http:// only
+    with Receiver(tls=context) as receiver:
+        make(receiver.location, {}, OtlpHttpsSink).write(_line(**_opened()))
+        assert [(f.method, f.target) for f in proxy.requests] == [("CONNECT", receiver.location)]
         assert len(receiver.entries) == 1
