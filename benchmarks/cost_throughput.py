@@ -50,7 +50,7 @@ from typing import Any
 import msgspec
 
 import rollout_trace as rt
-import sinks
+from rollout_trace import sinks
 
 GROUP_SIZE = 8
 GROUPS_PER_STEP = 64

@@ -2,6 +2,7 @@
 
 from ._errors import (
     EventTagError,
+    InvalidEventError,
     RolloutTraceError,
     SinkError,
     SinkOpenError,
@@ -41,8 +42,10 @@ from ._schema.events import (
 from ._timeline.document import timeline_document
 from ._timeline.page import timeline_html
 from ._version import __version__
+from ._writing.attempts import Attempt
 from ._writing.config import TraceCounts
 from ._writing.tracers import SyncTracer, Tracer, sync_tracer, tracer
+from .sinks import Sink
 
 __all__ = [
     "__version__",
@@ -52,6 +55,7 @@ __all__ = [
     "Tracer",
     "SyncTracer",
     "TraceCounts",
+    "Attempt",
     # events
     "Event",
     "TraceOpened",
@@ -75,12 +79,14 @@ __all__ = [
     "event_types",
     # errors
     "RolloutTraceError",
+    "Sink",
     "SinkError",
     "UnknownSchemeError",
     "SinkOptionError",
     "SinkOpenError",
     "TraceReadError",
     "EventTagError",
+    "InvalidEventError",
     "TracerStateError",
     # reading traces and restore costs
     "read",

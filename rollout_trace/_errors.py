@@ -11,6 +11,7 @@ __all__ = [
     "TraceReadError",
     "TracerStateError",
     "EventTagError",
+    "InvalidEventError",
 ]
 
 
@@ -32,7 +33,19 @@ class UnknownSchemeError(SinkError):
 
 
 class SinkOptionError(SinkError):
-    """A query option is unknown to the sink, repeated, or has a bad value."""
+    """A query option is unknown to the sink, repeated, or has a bad value.
+
+    A sink raises it from ``__init__`` with the reason alone
+    (``SinkOptionError("rotate_mb='x' is not a number ...")``): it knows no
+    URI, and the tracer raises it again naming the URI the user wrote.
+    """
+
+    def __init__(self, uri: str, reason: str | None = None) -> None:
+        if reason is None:  # from a sink: the reason alone
+            RolloutTraceError.__init__(self, uri)
+            self.uri, self.reason = "", uri
+        else:
+            super().__init__(uri, reason)
 
 
 class SinkOpenError(SinkError):
@@ -69,4 +82,24 @@ class EventTagError(RolloutTraceError, TypeError):
         self.classes = classes
 
 
+class InvalidEventError(RolloutTraceError, ValueError):
+    """A strict tracer refused an event at ``emit``: a value its class does not allow.
+
+    Raised only in strict mode (``rt.tracer(..., strict=True)``,
+    ``capture_events(strict=True)``); otherwise such an event is counted
+    ``invalid`` and not written. ``event`` is the event as passed to ``emit``;
+    ``reason`` names its field, the value and what the field allows. Also a
+    ``ValueError``, as msgspec's own validation errors are.
+    """
+
+    def __init__(self, reason: str, *, event: object = None) -> None:
+        super().__init__(
+            f"{reason} (strict mode raises this at emit; without it the event would be "
+            "counted invalid and not written)"
+        )
+        self.reason = reason
+        self.event = event
+
+
 EventTagError.__module__ = "rollout_trace"
+InvalidEventError.__module__ = "rollout_trace"

@@ -12,6 +12,8 @@ to memory instead, and the block's value gives the events back, typed::
         assert events.of_type(rt.AttemptDispatched)[0].attempt == 0
 
 Events show up once written: after the tracer's ``flush()`` or close.
+``capture_events(strict=True)`` also makes every tracer opened inside the
+block raise at ``emit`` for an event it would otherwise count invalid.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from typing import TypeVar, overload
 
 import msgspec
 
-from sinks import MemorySink, Sink
+from rollout_trace.sinks import MemorySink, Sink
 
 from ._schema.decoding import UnknownEvent, decode_line
 from ._schema.events import LIFECYCLE_EVENTS, Event, tag_of
-from ._writing.specs import capture_override
+from ._writing.specs import capture_override, capture_strict
 
 __all__ = ["CapturedEvents", "capture_events"]
 
@@ -85,11 +87,24 @@ class CapturedEvents(Sequence[Event]):
 
 
 @contextmanager
-def capture_events() -> Iterator[CapturedEvents]:
-    """Capture the events of every tracer created and opened inside the block."""
+def capture_events(*, strict: bool = False) -> Iterator[CapturedEvents]:
+    """Capture the events of every tracer created and opened inside the block.
+
+    ``strict=True`` makes every tracer opened inside the block strict, as
+    ``rt.tracer(..., strict=True)`` does: ``emit`` raises
+    ``rt.InvalidEventError`` for an event its class's schema refuses (a
+    field of the wrong type, a NaN) and ``rt.EventTagError`` for a class
+    whose tag another class holds, instead of counting it invalid, and an
+    ``attempt`` block left without a choice raises ``rt.TracerStateError``.
+    A test then fails at the line that made the event.
+    """
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be a bool, not {type(strict).__name__}: {strict!r}")
     captured = CapturedEvents()
     capture_override.append(captured._new_sink)
+    capture_strict.append(strict)
     try:
         yield captured
     finally:
-        capture_override.remove(captured._new_sink)
+        at = capture_override.index(captured._new_sink)
+        del capture_override[at], capture_strict[at]

@@ -4,7 +4,7 @@ They know nothing of events. Third-party sinks subclass ``Sink`` and register
 under the entry-point group ``rollout_trace.sinks`` (name = URI scheme).
 """
 
-from ._base import Sink, SinkOptionValueError
+from ._base import Sink, SinkOptionError
 from .jsonl import JsonlSink
 from .memory import MemorySink
 from .null import NullSink
@@ -12,7 +12,7 @@ from .stdio import StderrSink, StdoutSink
 
 __all__ = [
     "Sink",
-    "SinkOptionValueError",
+    "SinkOptionError",
     "JsonlSink",
     "MemorySink",
     "NullSink",

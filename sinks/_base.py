@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-__all__ = ["Sink", "SinkOptionValueError"]
+from .._errors import SinkOptionError
 
-
-class SinkOptionValueError(ValueError):
-    """An option's value is not one the sink accepts (the tracer names the URI)."""
+__all__ = ["Sink", "SinkOptionError"]
 
 
 class Sink:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -10,7 +11,7 @@ import time
 import zlib
 from collections.abc import Mapping
 
-from ._base import Sink, SinkOptionValueError
+from ._base import Sink, SinkOptionError
 
 __all__ = ["JsonlSink", "segment_path"]
 
@@ -64,18 +65,16 @@ class JsonlSink(Sink):
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         super().__init__(location, options)
         if not location:
-            raise SinkOptionValueError("a jsonl sink needs a file path, e.g. jsonl:///runs/x.jsonl")
+            raise SinkOptionError("a jsonl sink needs a file path, e.g. jsonl:///runs/x.jsonl")
         self.fsync = options.get("fsync", "never")
         if self.fsync not in _FSYNC_MODES:
-            raise SinkOptionValueError(
-                f"fsync={self.fsync!r} is not one of {', '.join(_FSYNC_MODES)}"
-            )
+            raise SinkOptionError(f"fsync={self.fsync!r} is not one of {', '.join(_FSYNC_MODES)}")
         self.base = os.path.abspath(location)
         self.path = self.base
         self._rotate_bytes = _positive(options, "rotate_mb", "megabytes", 10**6)
         self._rotate_s = _positive(options, "rotate_s", "seconds", 1)
         if self.rotating and not self.base.endswith((".jsonl", ".jsonl.gz")):
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"rotation needs a path ending in .jsonl or .jsonl.gz (its segments are "
                 f"numbered before that suffix), not {location!r}"
             )
@@ -96,6 +95,7 @@ class JsonlSink(Sink):
 
     @property
     def rotating(self) -> bool:
+        """Whether the run is written in segments (``rotate_mb`` or ``rotate_s``)."""
         return self._rotate_bytes is not None or self._rotate_s is not None
 
     def open(self) -> None:
@@ -112,7 +112,18 @@ class JsonlSink(Sink):
 
     def _open_file(self) -> None:
         parent = os.path.dirname(self.path)
-        os.makedirs(parent, exist_ok=True)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            # makedirs says "File exists" of a file in the way, or names a
+            # folder it could not make under it: name the file itself.
+            blocker = _file_above(parent)
+            if blocker is None:
+                raise
+            raise NotADirectoryError(
+                errno.ENOTDIR,
+                f"Not a directory: {blocker!r} is a file, so {self.path!r} cannot be made under it",
+            ) from None
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
         self._fd = fd
         st = os.fstat(fd)
@@ -312,7 +323,7 @@ def _positive(options: Mapping[str, str], name: str, unit: str, scale: int) -> f
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise SinkOptionValueError(
+        raise SinkOptionError(
             f"{name}={text!r} is not a number of {unit} above 0 (e.g. {name}=100)"
         )
     return value * scale
@@ -366,6 +377,17 @@ def _plan(path: str) -> tuple[list[str], bool]:
             break
         folder = parent
     return missing, not os.path.exists(path)
+
+
+def _file_above(folder: str) -> str | None:
+    """The nearest of ``folder`` and the folders above it that exists and is no folder."""
+    while True:
+        if os.path.lexists(folder):
+            return None if os.path.isdir(folder) else folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
 
 
 def _undo(path: str, made_file: bool, made_dirs: list[str]) -> None:

@@ -39,7 +39,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._base import Sink, SinkOptionValueError
+from ._base import Sink, SinkOptionError
 from .jsonl import _positive, _split, segment_path
 
 __all__ = ["AzureSink", "GcsSink", "ObjectStoreSink", "S3Sink"]
@@ -163,12 +163,12 @@ class ObjectStoreSink(Sink):
         super().__init__(location, options)
         scheme = f"{self.protocol}://"
         if not location.endswith((".jsonl", ".jsonl.gz")) or "/" not in location.strip("/"):
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"{scheme} needs bucket/prefix/name.jsonl (or .jsonl.gz), "
                 f"e.g. {scheme}my-bucket/runs/{{run_id}}.jsonl; got {location!r}"
             )
         if importlib.util.find_spec(self.package) is None:
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"{scheme} needs the {self.package} package: "
                 f"pip install 'rollout-trace[{self.extra}]'"
             )
@@ -177,7 +177,7 @@ class ObjectStoreSink(Sink):
         self._gzip = self.base.endswith(".gz")
         self._rotate = _positive(options, "rotate_mb", "megabytes", _MB) or _DEFAULT_ROTATE_MB * _MB
         if "rotate_mb" in options and self._rotate > _MAX_STAGED:
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"rotate_mb={options['rotate_mb']!r} is more than a segment held in memory "
                 f"may be: at most {_MAX_STAGED // _MB} megabytes"
             )
@@ -212,7 +212,7 @@ class ObjectStoreSink(Sink):
         # The listing at open waits up to timeout_s for the store's answer.
         try:
             timeout_s = _positive(options, "timeout_s", "seconds", 1)
-        except SinkOptionValueError:  # named when the sink is built
+        except SinkOptionError:  # named when the sink is built
             timeout_s = None
         return (timeout_s or _DEFAULT_TIMEOUT_S) + _OPEN_SLACK_S
 

@@ -22,7 +22,7 @@ from urllib.parse import unquote, unquote_to_bytes, urlsplit
 
 import msgspec
 
-from ._base import Sink, SinkOptionValueError
+from ._base import Sink, SinkOptionError
 
 try:
     import urllib3
@@ -78,7 +78,7 @@ class OtlpHttpSink(Sink):
     decimal string). A line that is not a JSON object with a string
     ``event`` goes as a record whose body is the line's text. Each run has a
     resource: ``service.name``, ``host.name``, ``process.pid`` and
-    ``rollout_trace.run_id`` (see the README for where each comes from).
+    ``rollout_trace.run_id`` (see the docs, Sinks, for where each comes from).
 
     ``open()`` sends nothing, so a collector that is down does not stop a
     job from starting. Each ``write()`` is one request (several, each of
@@ -655,11 +655,11 @@ def _load_proto() -> Any:
         from opentelemetry.proto.logs.v1 import logs_pb2
         from opentelemetry.proto.resource.v1 import resource_pb2
     except ImportError as exc:
-        raise SinkOptionValueError(
+        raise SinkOptionError(
             f"the otlp sinks need the opentelemetry-proto package ({EXTRA_HINT}): {exc}"
         ) from exc
     if "event_name" not in logs_pb2.LogRecord.DESCRIPTOR.fields_by_name:  # before 1.35
-        raise SinkOptionValueError(
+        raise SinkOptionError(
             f"the otlp sinks need opentelemetry-proto 1.35 or later, whose log records "
             f"have an event_name ({EXTRA_HINT})"
         )
@@ -695,13 +695,13 @@ def _endpoint(location: str, secure: bool, env: Mapping[str, str]) -> str:
     if location:
         parts = urlsplit(f"{scheme}://{location}")
         if not parts.hostname or parts.username is not None or parts.fragment:
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"{uri!r} is not host[:port][/path] (e.g. otlp+{scheme}://collector:4318)"
             )
         try:
             port = parts.port or (4318 if scheme == "http" else 443)
         except ValueError as exc:
-            raise SinkOptionValueError(f"{uri!r} has a bad port: {exc}") from exc
+            raise SinkOptionError(f"{uri!r} has a bad port: {exc}") from exc
         path = parts.path if parts.path not in ("", "/") else LOGS_PATH
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
         return f"{scheme}://{host}:{port}{path}"
@@ -718,16 +718,16 @@ def _endpoint(location: str, secure: bool, env: Mapping[str, str]) -> str:
 def _check_url(url: str, variable: str, secure: bool) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SinkOptionValueError(
+        raise SinkOptionError(
             f"${variable}={url!r} is not an http:// or https:// URL (e.g. http://collector:4318)"
         )
     try:
         parts.port  # noqa: B018
     except ValueError as exc:
-        raise SinkOptionValueError(f"${variable}={url!r} has a bad port: {exc}") from exc
+        raise SinkOptionError(f"${variable}={url!r} has a bad port: {exc}") from exc
     if secure and parts.scheme != "https":
         # Else the headers (often a token) would go in clear text.
-        raise SinkOptionValueError(
+        raise SinkOptionError(
             f"${variable}={url!r} is not an https:// URL: otlp+https:// needs an "
             "https:// endpoint (use otlp+http:// for plain http)"
         )
@@ -742,9 +742,9 @@ def _tls_context(env: Mapping[str, str]) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=cafile or None)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         if not cafile:
-            raise SinkOptionValueError(f"the system's trust store cannot be loaded: {exc}") from exc
+            raise SinkOptionError(f"the system's trust store cannot be loaded: {exc}") from exc
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SinkOptionValueError(
+        raise SinkOptionError(
             f"${variable}={cafile!r} is not a CA file that can be used: {reason} "
             "(it names a PEM file of the certificates that sign the collector's)"
         ) from exc
@@ -772,7 +772,7 @@ def _pool_manager(url: str, tls: ssl.SSLContext | None) -> urllib3.PoolManager:
         except LocationValueError as exc:
             shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
             scheme = urlsplit(url).scheme
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"${scheme.upper()}_PROXY (or ${scheme}_proxy)={shown!r} is not an "
                 f"http:// or https:// URL: {exc}"
             ) from exc
@@ -798,7 +798,7 @@ def _timeout(options: Mapping[str, str], env: Mapping[str, str]) -> float:
     if text is not None:
         value = _number(text)
         if not (math.isfinite(value) and value > 0):
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"timeout_s={text!r} is not a number of seconds above 0 (e.g. timeout_s=5)"
             )
         return value
@@ -807,7 +807,7 @@ def _timeout(options: Mapping[str, str], env: Mapping[str, str]) -> float:
         return DEFAULT_TIMEOUT_S
     value = _number(text)
     if not (math.isfinite(value) and value > 0):
-        raise SinkOptionValueError(
+        raise SinkOptionError(
             f"${variable}={text!r} is not a number of milliseconds above 0 (e.g. 5000)"
         )
     return value / 1000
@@ -822,7 +822,7 @@ def _compression(options: Mapping[str, str], env: Mapping[str, str]) -> str:
     if not text:
         return "none"
     if text.lower() not in _COMPRESSIONS:
-        raise SinkOptionValueError(f"{name}={text!r} is not one of {', '.join(_COMPRESSIONS)}")
+        raise SinkOptionError(f"{name}={text!r} is not one of {', '.join(_COMPRESSIONS)}")
     return text.lower()
 
 
@@ -842,7 +842,7 @@ def _headers(text: str, variable: str) -> dict[str, str]:
     headers: dict[str, str] = {}
     for name, value in _pairs(text, variable, decode=False).items():
         if not _TOKEN.fullmatch(name):
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"${variable} names a header {name!r}: a header name is letters, digits "
                 "and !#$%&'*+-.^_`|~ only (no blanks or other characters)"
             )
@@ -850,7 +850,7 @@ def _headers(text: str, variable: str) -> dict[str, str]:
         bad = _CONTROL.search(raw)
         if bad:
             char = bad.group().decode("latin-1")
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"${variable} gives header {name!r} a value with the control character "
                 f"{char!r} (byte {bad.start() + 1} of the value, percent-decoded): a header "
                 "value may hold anything but control characters (CR, LF, NUL...; a tab is "
@@ -870,7 +870,7 @@ def _pairs(text: str, variable: str, *, decode: bool = True) -> dict[str, str]:
         key, eq, value = entry.partition("=")
         key = unquote(key.strip())
         if not eq or not key:
-            raise SinkOptionValueError(
+            raise SinkOptionError(
                 f"${variable} holds {entry.strip()!r}, not key=value (entries are "
                 "comma-separated key=value pairs, percent-encoded)"
             )

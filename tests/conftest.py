@@ -23,6 +23,7 @@ INTEGRATION = frozenset(
         "sinks/test_objects.py",
         "sinks/test_otlp.py",
         "sinks/test_sink_contract.py",
+        "test_docs.py",
         "test_faults.py",
         "test_ray.py",
         "test_sync.py",

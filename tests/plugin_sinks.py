@@ -11,7 +11,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 import rollout_trace._writing.specs as sinkspec
-from sinks import MemorySink, Sink, SinkOptionValueError
+from rollout_trace.sinks import MemorySink, Sink, SinkOptionError
 
 
 class FailingSink(MemorySink):
@@ -24,7 +24,7 @@ class FailingSink(MemorySink):
         try:
             self.ok = int(options.get("ok", "0"))
         except ValueError as exc:
-            raise SinkOptionValueError(f"ok={options['ok']!r} is not an integer") from exc
+            raise SinkOptionError(f"ok={options['ok']!r} is not an integer") from exc
         self.writes = 0
         self.closed = False
 

@@ -31,7 +31,7 @@ from writing.harness import (
 )
 
 import rollout_trace as rt
-from sinks import MemorySink
+from rollout_trace.sinks import MemorySink
 
 needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 drivers = pytest.mark.parametrize("driver", DRIVERS, ids=IDS)

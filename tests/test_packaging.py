@@ -8,6 +8,7 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 from importlib.resources import files
+from pathlib import Path
 
 import pytest
 
@@ -39,14 +40,32 @@ def test_python_dash_m_runs_the_same_cli() -> None:
     assert proc.stdout.strip() == f"rollout-trace {rt.__version__}"
 
 
-def test_both_packages_are_typed() -> None:
+def test_the_package_and_its_sinks_are_typed() -> None:
     assert files("rollout_trace").joinpath("py.typed").is_file()
-    assert files("sinks").joinpath("py.typed").is_file()
+    assert files("rollout_trace.sinks").joinpath("py.typed").is_file()
 
 
 def test_builtin_sinks_are_registered_as_entry_points() -> None:
-    names = {ep.name for ep in entry_points(group="rollout_trace.sinks")}
-    assert {"jsonl", "stdout", "stderr", "null", "memory"} <= names
+    found = {ep.name: ep.value for ep in entry_points(group="rollout_trace.sinks")}
+    assert {"jsonl", "stdout", "stderr", "null", "memory", "s3", "otlp+http"} <= set(found)
+    assert all(found[n].startswith("rollout_trace.sinks.") for n in ("jsonl", "s3"))
+    assert issubclass(entry_points(group="rollout_trace.sinks")["jsonl"].load(), rt.Sink)
+
+
+def test_a_project_with_its_own_sinks_package_imports_rollout_trace(tmp_path: Path) -> None:
+    # A folder sinks/ is common in data and ML repositories: theirs, not ours.
+    (tmp_path / "sinks").mkdir()
+    (tmp_path / "sinks" / "__init__.py").write_text("MINE = True\n")
+    code = (
+        "import rollout_trace as rt, sinks; assert sinks.MINE; "
+        "import rollout_trace.sinks as ours; t = rt.sync_tracer('memory://').open(); t.close(); "
+        "print(rt.Sink is ours.Sink, ours.__name__)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "rollout_trace.sinks"]
 
 
 def test_public_names_are_exactly_all() -> None:

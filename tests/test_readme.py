@@ -1,60 +1,77 @@
-"""The README's "Instrumenting a controller" example runs, and writes what the section says.
+"""The README: short, its complete controller and its restart run end to end, and
+what it links to is there.
 
-The example is the fenced block right after the line
-``<!-- example: instrumenting -->``; it is run as it stands, in a fresh folder.
+The controller is the ```python block right after ``<!-- example: attempt -->``,
+the restart the one after ``<!-- example: restart -->``; they run as they stand,
+one after the other, in a fresh folder. The rest of what the README once held
+lives in ``docs/`` (tests/test_docs.py runs its code).
 """
 
 from __future__ import annotations
 
-import ast
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
+from markdown.extensions.toc import slugify
 
 import rollout_trace as rt
+from rollout_trace._cli.main import COMMANDS
 
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
-MARKER = "<!-- example: instrumenting -->"
+# A newcomer reads it in five minutes.
+MOST_LINES = 250
 
 
 def _readme() -> str:
     return README.read_text(encoding="utf-8")
 
 
-def _section(text: str, heading: str) -> str:
-    """The text of a ``## heading`` section, up to the next ``## ``."""
-    start = text.index(f"\n## {heading}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end >= 0 else len(text)]
-
-
 def _fenced_after(text: str, anchor: str, lang: str) -> str:
     """The body of the first ```lang block after ``anchor``."""
     at = text.index(anchor)
     match = re.compile(rf"^```{lang}\n(.*?)^```$", re.S | re.M).search(text, at)
-    assert match is not None, f"no ```{lang} block after {anchor!r} in README.md"
+    assert match is not None, f"no ```{lang} block after {anchor!r}"
     return match.group(1)
 
 
-def example_code() -> str:
-    text = _readme()
-    assert text.count(MARKER) == 1, f"README.md must hold {MARKER!r} exactly once"
-    # The marker is followed directly by the block it marks.
-    after = text[text.index(MARKER) + len(MARKER) :]
-    assert after.startswith("\n```python\n"), f"{MARKER!r} must be followed by a ```python block"
-    return _fenced_after(text, MARKER, "python")
+def example_code(name: str, text: str | None = None) -> str:
+    text = _readme() if text is None else text
+    marker = f"<!-- example: {name} -->"
+    assert text.count(marker) == 1, f"the README must hold {marker!r} exactly once"
+    # The marker is followed directly by the block it marks (a run-after
+    # marker of the docs' test between them is allowed).
+    after = re.sub(r"^\n(<!--.*?-->\n)*", "\n", text[text.index(marker) + len(marker) :])
+    assert after.startswith("\n```python\n"), f"{marker!r} must be followed by a ```python block"
+    return _fenced_after(text, marker, "python")
+
+
+def _env() -> dict[str, str]:
+    # A tracer with no URI reads $ROLLOUT_TRACE: the examples name their own sinks.
+    return {k: v for k, v in os.environ.items() if k != "ROLLOUT_TRACE"}
+
+
+def _python(script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rollout_trace", *args],
         cwd=cwd,
+        env=_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -63,195 +80,118 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder in which the README example has run once."""
-    folder = tmp_path_factory.mktemp("readme-example")
+    """A fresh folder in which the README's controller has run once."""
+    folder = tmp_path_factory.mktemp("readme-controller")
     script = folder / "controller.py"
-    script.write_text(example_code(), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "ROLLOUT_TRACE"}
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    script.write_text(example_code("attempt"), encoding="utf-8")
+    proc = _python(script, folder)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (folder / "trace.jsonl").is_file(), "the example wrote no trace.jsonl"
+    assert proc.stderr == "", proc.stderr
+    assert (folder / "attempts.jsonl").is_file(), "the controller wrote no attempts.jsonl"
     return folder
 
 
-def test_example_trace_validates(ran: Path) -> None:
-    proc = _cli("validate", "trace.jsonl", cwd=ran)
+@pytest.fixture(scope="module")
+def restarted(ran: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of ``ran`` in which the README's restart has run after the controller."""
+    folder = tmp_path_factory.mktemp("readme-restart")
+    for name in ("attempts.jsonl", "snapshot-step1.json"):
+        (folder / name).write_bytes((ran / name).read_bytes())
+    script = folder / "restore.py"
+    script.write_text(example_code("restart"), encoding="utf-8")
+    proc = _python(script, folder)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # The README shows the same verdict.
-    shown = _fenced_after(_section(_readme(), "Instrumenting a controller"), MARKER, "text")
+    assert proc.stderr == "", proc.stderr
+    return folder
+
+
+def test_the_readme_is_short() -> None:
+    lines = _readme().count("\n")
+    assert lines < MOST_LINES, f"README.md has {lines} lines; the rest belongs in docs/"
+
+
+def test_the_controller_writes_a_trace_validate_accepts_as_shown(ran: Path) -> None:
+    proc = _cli("validate", "attempts.jsonl", cwd=ran)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 warning(s)" in proc.stdout, proc.stdout
+    shown = _fenced_after(_readme(), "<!-- example: attempt -->", "text")
     assert proc.stdout.strip() in shown, proc.stdout
 
 
-def test_example_summary_is_the_one_shown(ran: Path) -> None:
-    proc = _cli("summary", "trace.jsonl", cwd=ran)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    shown = _fenced_after(_section(_readme(), "Instrumenting a controller"), MARKER, "text")
-
-    def by_name(out: str) -> list[str]:
-        # Host, pid, run id and times differ from run to run; the counts do not.
-        return out[out.index("events by name") :].strip().splitlines()
-
-    assert by_name(proc.stdout) == by_name(shown)
-    # The columns shown are the ones printed.
-    header = shown[shown.index("run_id ") :].splitlines()[0]
-    assert proc.stdout.splitlines()[0].split() == header.split()
-
-
-ATTEMPT_KINDS = (
-    rt.AttemptDispatched,
-    rt.AttemptSealed,
-    rt.AttemptRefused,
-    rt.AttemptAbandoned,
-    rt.AttemptResumed,
-)
-Attempt = (
-    rt.AttemptDispatched
-    | rt.AttemptSealed
-    | rt.AttemptRefused
-    | rt.AttemptAbandoned
-    | rt.AttemptResumed
-)
-E = TypeVar("E", bound=rt.Event)
-
-
-def _events(folder: Path) -> list[rt.Event]:
-    problems: list[rt.ReadProblem] = []
-    events: list[rt.Event] = []
-    for ev in rt.read(folder / "trace.jsonl", problems=problems):
-        assert isinstance(ev, rt.Event), ev
-        events.append(ev)
-    assert problems == []
-    return sorted(events, key=lambda ev: ev.seq)
-
-
-def test_example_events_come_in_the_order_the_section_describes(ran: Path) -> None:
-    events = _events(ran)
-    assert len({ev.run_id for ev in events}) == 1
-    assert [ev.seq for ev in events] == list(range(len(events)))
-    assert isinstance(events[0], rt.TraceOpened)
+def test_the_controller_emits_what_the_readme_says(ran: Path) -> None:
+    events = sorted(
+        (ev for ev in rt.read(ran / "attempts.jsonl") if isinstance(ev, rt.Event)),
+        key=lambda ev: ev.seq,
+    )
     closed = events[-1]
     assert isinstance(closed, rt.TraceClosed)
-    assert (closed.emitted, closed.written, closed.dropped, closed.invalid) == (20, 20, 0, 0)
-    pos = {id(ev): i for i, ev in enumerate(events)}
-
-    def at(ev: rt.Event) -> int:
-        return pos[id(ev)]
-
-    def only(cls: type[E], **fields: object) -> E:
-        found = [
-            ev
-            for ev in events
-            if isinstance(ev, cls) and all(getattr(ev, k) == v for k, v in fields.items())
-        ]
-        assert len(found) == 1, (cls.__name__, fields, found)
-        return found[0]
-
-    attempts: list[Attempt] = [ev for ev in events if isinstance(ev, ATTEMPT_KINDS)]
-
-    # A group: reserved, then admitted, then its tries.
-    for group_id, prompt_id in (("g0", 7), ("g1", 8)):
-        reserved = only(rt.GroupReserved, group_id=group_id)
-        admitted = only(rt.GroupAdmitted, group_id=group_id)
-        assert reserved.prompt_id == prompt_id == admitted.prompt_id
-        assert at(reserved) < at(admitted)
-        mine = [ev for ev in attempts if ev.group_id == group_id]
-        assert mine and all(at(admitted) < at(ev) for ev in mine)
-
-    # Each sibling: tries numbered 0, 1, ...; a dispatch, then the one event
-    # that ends it, before the next try is dispatched.
-    outcomes: dict[tuple[int | str, int], list[str]] = {}
-    for ev in attempts:
-        outcomes.setdefault((ev.prompt_id, ev.generation_index), [])
-    for key in outcomes:
-        tries = [ev for ev in attempts if (ev.prompt_id, ev.generation_index) == key]
-        assert len(tries) % 2 == 0, (key, tries)
-        for n in range(len(tries) // 2):
-            dispatched, end = tries[2 * n], tries[2 * n + 1]
-            assert isinstance(dispatched, rt.AttemptDispatched), (key, n, dispatched)
-            assert not isinstance(end, (rt.AttemptDispatched, rt.AttemptResumed)), (key, n, end)
-            assert dispatched.attempt == end.attempt == n, (key, n)
-            reason = getattr(end, "reason", None)
-            outcomes[key].append(type(end).__name__ + (f":{reason}" if reason else ""))
-    assert outcomes == {
-        (7, 0): ["AttemptSealed"],
-        (7, 1): ["AttemptAbandoned:failed", "AttemptSealed"],
-        (7, 2): ["AttemptRefused:too_long", "AttemptSealed"],
-        (8, 0): ["AttemptAbandoned:dropped"],
+    assert closed.emitted == closed.written and closed.dropped == closed.invalid == 0
+    ends: dict[int, list[str]] = {}
+    for ev in events:
+        if isinstance(ev, (rt.AttemptSealed, rt.AttemptRefused, rt.AttemptAbandoned)):
+            reason = getattr(ev, "reason", None)
+            ends.setdefault(ev.generation_index, []).append(
+                type(ev).__name__ + (f":{reason}" if reason else "")
+            )
+    # One try raises and is retried, one is refused and retried; all three seal.
+    assert ends == {
+        0: ["AttemptSealed"],
+        1: ["AttemptAbandoned:failed", "AttemptSealed"],
+        2: ["AttemptRefused:too_long", "AttemptSealed"],
     }
-
-    # Sealing a group follows the seal of each of its siblings.
-    reserved_g0 = only(rt.GroupReserved, group_id="g0")
-    sealed_g0 = only(rt.GroupSealed, group_id="g0")
-    seals = [ev for ev in attempts if isinstance(ev, rt.AttemptSealed) and ev.group_id == "g0"]
-    assert sorted(ev.generation_index for ev in seals) == list(range(reserved_g0.size))
-    assert all(at(ev) < at(sealed_g0) for ev in seals)
-
-    # A step trains on sealed groups; the weight sync follows it; the try
-    # that the new weights made stale is dropped after the sync.
-    step = only(rt.StepTrained, step=1)
-    assert step.group_ids == ["g0"]
-    assert at(sealed_g0) < at(step)
-    synced = only(rt.WeightsSynced)
-    assert at(step) < at(synced)
-    stale = only(rt.AttemptDispatched, group_id="g1")
-    dropped = only(rt.AttemptAbandoned, reason="dropped")
-    assert at(stale) < at(synced) < at(dropped)
-    assert stale.weight_version < synced.weight_version
-
-    # The snapshot comes last, with the time its state was taken.
-    snap = only(rt.SnapshotPublished)
-    assert at(dropped) < at(snap) == len(events) - 2
-    assert snap.step == 1
-    assert snap.captured_at <= snap.time
-    assert (ran / snap.path).is_file()
+    names = [type(ev).__name__ for ev in events]
+    # Weights first, then the group; the step, a sync and the snapshot last.
+    assert names.index("WeightsSynced") < names.index("GroupReserved")
+    tail = [n for n in names if n in ("GroupSealed", "StepTrained", "WeightsSynced")][-3:]
+    assert tail == ["GroupSealed", "StepTrained", "WeightsSynced"]
+    assert names[-2] == "SnapshotPublished"
 
 
-def test_other_code_in_the_section_is_python() -> None:
-    section = _section(_readme(), "Instrumenting a controller")
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
-    assert len(blocks) >= 2
-    for block in blocks:
-        ast.parse(block)
+def test_the_restart_makes_a_stop_cost_reads(restarted: Path) -> None:
+    valid = _cli("validate", "attempts.jsonl", cwd=restarted)
+    assert valid.returncode == 0 and "2 runs" in valid.stdout, valid.stdout + valid.stderr
+    assert "0 warning(s)" in valid.stdout, valid.stdout
+    cost = _cli("cost", "attempts.jsonl", "--json", cwd=restarted)
+    assert cost.returncode == 0, cost.stdout + cost.stderr
+    [stop] = json.loads(cost.stdout)["stops"]
+    assert stop["restored_step"] == 1
+    assert stop["captured_at"] is not None  # the path matched the published snapshot
+    # Everything was sealed and trained before the snapshot: nothing lost but time.
+    assert stop["in_flight"] == stop["lost_steps"] == 0
+    assert stop["lost_s"] == 0.0
 
 
-def test_reference_anchors_exist() -> None:
-    """Help texts and the README itself link to these sections by anchor."""
-    text = _readme()
-    prose = re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M)
-    headings = {
-        re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
-        for line in prose.splitlines()
-        if line.startswith("#")
-    }
-    for anchor in set(re.findall(r"\]\(#([\w-]+)\)", text)) | {
-        "reference",
-        "wire-format",
-        "lifecycle-events",
-        "rollout-events",
-        "restore-cost-figures",
-        "sink-uris",
-        "cli-commands",
-        "exit-codes",
-    }:
-        assert anchor in headings, f"README.md links to #{anchor}, which no heading makes"
+def test_the_examples_are_the_docs_home_page_s() -> None:
+    """The README and the site's home page show one controller, not two that drift."""
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    for name in ("attempt", "restart"):
+        assert example_code(name) == example_code(name, home), name
 
 
-def test_adding_a_sink_names_every_part_of_the_plugin_contract() -> None:
-    # What a plugin author may override or set: each is said in the section.
-    from sinks import Sink
+def test_one_line_per_command() -> None:
+    section = _readme().split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- `rollout-trace (\w+)", section, re.M)
+    assert listed == [command.name for command in COMMANDS]
 
-    section = _section(_readme(), "Adding a sink")
-    contract = [n for n in vars(Sink) if not n.startswith("_")]
-    assert len(contract) >= 12, contract
-    missing = [n for n in contract if f"`{n}" not in section]
-    assert missing == []
+
+def test_links_lead_to_pages_and_sections_that_exist() -> None:
+    links = re.findall(r"\]\(([^)\s]+)\)", _readme())
+    local = [link for link in links if "://" not in link]
+    assert any(link.startswith("docs/") for link in local)
+    for link in local:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.is_file(), f"README.md links to {path}, which does not exist"
+        if anchor:
+            text = re.sub(
+                r"^```.*?^```$", "", target.read_text(encoding="utf-8"), flags=re.S | re.M
+            )
+            headings = {
+                slugify(line.lstrip("#").strip(), "-")
+                for line in text.splitlines()
+                if line.startswith("#")
+            }
+            assert anchor in headings, f"README.md links to {link}, which no heading makes"
 
 
 def test_ci_runs_the_readme_test_command_word_for_word() -> None:

@@ -7,6 +7,7 @@ written and counted written, and every reader skipped it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 from pathlib import Path
@@ -161,14 +162,20 @@ def test_emit_type_of_what_is_no_event_class(thing: type) -> None:
 # --- meta ---------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class _Opt:
+    lr: float
+
+
 @pytest.mark.parametrize(
     ("meta", "where", "shown"),
     [
         ({"lr": math.nan}, "meta['lr']", "nan"),
         ({"opt": {"betas": [0.9, math.inf]}}, "meta['opt']['betas'][1]", "inf"),
         ({"loss": np.array([1.0, -np.inf])}, "meta['loss'][1]", "-inf"),
+        ({"opt": _Opt(lr=math.nan)}, "meta['opt'].lr", "nan"),
     ],
-    ids=["top", "nested", "numpy"],
+    ids=["top", "nested", "numpy", "dataclass"],
 )
 @pytest.mark.parametrize("make", [rt.sync_tracer, rt.tracer], ids=["sync", "async"])
 def test_meta_with_nan_or_infinity_is_refused_when_the_tracer_is_made(

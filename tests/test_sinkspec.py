@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 import rollout_trace as rt
+from rollout_trace._writing import specs
 from rollout_trace._writing.specs import parse_uri, uris_from_env
-from sinks import JsonlSink, MemorySink, NullSink, StderrSink, StdoutSink
+from rollout_trace.sinks import JsonlSink, MemorySink, NullSink, StderrSink, StdoutSink
 
 # Accepted forms: (uri, sink class, location, options).
 ACCEPTED = [
@@ -49,6 +50,14 @@ REJECTED = [
     ("jsonl:///x.jsonl?fsync=batch&fsync=never", rt.SinkOptionError, ["given twice"]),
     ("jsonl:///x.jsonl?fsync", rt.SinkOptionError, ["malformed query"]),
     ("jsonl://", rt.SinkOptionError, ["needs a file path"]),
+    # A {name} no template fills would be in the path as written.
+    (
+        "jsonl:///runs/{runid}.jsonl",
+        rt.SinkError,
+        ["unknown template {runid}", "did you mean {run_id}?", "{run_id}, {pid}, {host}"],
+    ),
+    ("runs/{PID}-x.jsonl", rt.SinkError, ["unknown template {PID}", "did you mean {pid}?"]),
+    ("s3://b/{date}/x.jsonl", rt.SinkError, ["unknown template {date} in the location: the"]),
 ]
 
 
@@ -66,7 +75,7 @@ def test_rejected_uris(uri: str, error: type[Exception], words: list[str]) -> No
 @pytest.mark.parametrize(
     ("uri", "error", "words"),
     [
-        ("notasink://", rt.SinkError, ["not a sinks.Sink subclass"]),  # wrong class
+        ("notasink://", rt.SinkError, ["not a rollout_trace.Sink subclass"]),  # wrong class
         ("broken://", rt.SinkError, ["failed to load", "ModuleNotFoundError"]),  # import fails
         ("failing://?ok=x", rt.SinkOptionError, ["'x' is not an integer"]),  # plugin's own check
     ],
@@ -123,3 +132,38 @@ def test_templates_are_filled_at_open(tmp_path: Path) -> None:
 def test_templates_are_checked_with_this_process_host_and_pid(uri: str) -> None:
     pytest.importorskip("s3fs", reason="the s3 extra is not installed")
     assert parse_uri(uri).location == uri.removeprefix("s3://")
+
+
+def test_an_unknown_template_is_refused_when_the_tracer_is_made(tmp_path: Path) -> None:
+    with pytest.raises(rt.SinkError, match=r"unknown template \{runid\}"):
+        rt.tracer(f"jsonl://{tmp_path}/{{runid}}.jsonl")
+    assert list(tmp_path.iterdir()) == []  # no file literally named {runid}.jsonl
+
+
+@pytest.mark.parametrize(
+    ("uri", "warned"),
+    [
+        ("jsonl://tmp/x.jsonl", True),  # two slashes: relative, most likely a slash left out
+        ("jsonl://tmp/x.jsonl.gz?fsync=batch", True),
+        ("jsonl:///tmp/x.jsonl", False),  # three: absolute
+        ("jsonl://./tmp/x.jsonl", False),  # relative on purpose
+        ("jsonl://../x.jsonl", False),
+        ("tmp/x.jsonl", False),  # a bare path: relative on purpose
+    ],
+)
+def test_a_relative_jsonl_uri_is_said_with_the_path_it_means(
+    uri: str, warned: bool, trace_log: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(specs, "_said_relative", set())  # as in a new process
+    spec = parse_uri(uri)
+    said = [r.getMessage() for r in trace_log.records if "relative path" in r.getMessage()]
+    if not warned:
+        assert said == []
+        return
+    (message,) = said
+    location = spec.location
+    assert repr(uri) in message
+    assert os.path.abspath(location) in message  # the path it writes
+    assert f"jsonl:///{location}" in message and f"jsonl://./{location}" in message
+    parse_uri(uri)  # once a process
+    assert len([r for r in trace_log.records if "relative path" in r.getMessage()]) == 1

@@ -107,7 +107,7 @@ def test_one_thread_emitting_flat_out_at_default_settings_drops_nothing() -> Non
 def test_a_burst_while_the_writer_is_held_up_drops_only_past_the_buffer(
     kwargs: dict[str, Any], burst: int, dropped: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sinks import MemorySink
+    from rollout_trace.sinks import MemorySink
 
     release, held = threading.Event(), threading.Event()
     real_write = MemorySink.write

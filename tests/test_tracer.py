@@ -16,9 +16,10 @@ import anyio
 import pytest
 from samples import dispatched
 from tracecheck import only_run
+from writing.harness import ASYNC_DRIVERS, Driver
 
 import rollout_trace as rt
-from sinks import MemorySink
+from rollout_trace.sinks import MemorySink
 
 
 def memory(t: rt.Tracer, i: int = 0) -> MemorySink:
@@ -217,3 +218,45 @@ async def test_a_busy_loop_gets_everything_written_without_touching_the_switch_i
     c = t.counts
     assert c.emitted == c.written == 2_000, c
     assert len(sink.lines()) == 2_002
+
+
+def test_a_plain_with_on_the_async_tracer_says_what_to_use() -> None:
+    t = rt.tracer("memory://")
+    with pytest.raises(TypeError) as info, t:
+        pass
+    message = str(info.value)
+    assert "async with rt.tracer(...)" in message and "rt.sync_tracer(...)" in message
+    assert t.state == "new"  # nothing was opened
+
+
+@pytest.mark.parametrize("driver", ASYNC_DRIVERS, ids=[d.name for d in ASYNC_DRIVERS])
+def test_async_with_on_the_sync_tracer_says_what_to_use(driver: Driver) -> None:
+    t = rt.sync_tracer("memory://")
+
+    async def main() -> None:
+        with pytest.raises(TypeError) as info:
+            async with t:
+                pass
+        message = str(info.value)
+        assert "with rt.sync_tracer(...)" in message and "async with rt.tracer(...)" in message
+
+    driver.call(main)
+    assert t.state == "new"
+
+
+def test_each_kind_of_schema_error_is_said_once(trace_log: pytest.LogCaptureFixture) -> None:
+    # Once for each event class and field, not only the tracer's first: a
+    # second mistake is not hidden behind the first.
+    with rt.sync_tracer("memory://") as t:
+        for _ in range(3):
+            t.emit(rt.StepTrained(step="one", group_ids=["g"]))  # type: ignore[arg-type]
+            t.emit(rt.StepTrained(step=1, group_ids=[1]))  # type: ignore[list-item]
+            t.emit(rt.WeightsSynced(weight_version="v2"))  # type: ignore[arg-type]
+    said = [
+        r.getMessage() for r in trace_log.records if "does not fit its schema" in r.getMessage()
+    ]
+    assert len(said) == 3, said
+    assert "step_trained (seq 1): field 'step' must be int, got str 'one'" in said[0]
+    assert "step_trained (seq 2): field 'group_ids' must be list[str]" in said[1]
+    assert "weights_synced (seq 3): field 'weight_version' must be int" in said[2]
+    assert t.counts.invalid == 9

@@ -35,8 +35,9 @@ cost analysis takes them, attempts in seq order: run, run_id, host, pid,
 group_id, prompt_id, generation_index, attempt, started_at, ended_at,
 duration_s, outcome, reason, weight_version, resumed_turn, trained_step (the
 first step_trained that trained it: in its run, or in a run restored from
-it), fate (what a stop did to it: resumed, restarted, redone) and stop (that
-stop's number; 0 for none). Times are Unix
+it), fate (what a stop did to it: resumed, restarted, redone), stop (that
+stop's number; 0 for none) and lost_s (the seconds of its work that stop
+lost: a resumed try's part after the capture). Times are Unix
 seconds; an empty cell (CSV) or null (Parquet) is a value the trace does not
 have. Exit status: 0 written, 2 wrong usage, a missing file, an output that
 cannot be written, or Parquet without pyarrow.

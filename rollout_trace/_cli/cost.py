@@ -34,7 +34,7 @@ examples:
 
 A stop is a run followed by a later run whose rollout work begins with
 restore_started. The exact rules for stops and the definition of every figure
-are in the README, section Reference > Restore-cost figures.
+are in the docs, Reference > Restore-cost figures.
 
 A run read from two files (two sinks of one tracer, a copy) counts once;
 lines of one seq that differ (a conflicting copy) are all kept, in one
@@ -52,7 +52,7 @@ Run from another program's main(["cost", ...]), cost reads in that process
 unless given --jobs N, and then the program must start from an
 `if __name__ == "__main__":` block, as Python's multiprocessing requires.
 
-Exit status (README, section Reference > Exit codes): 0 every figure computed,
+Exit status (docs, CLI reference > Exit codes): 0 every figure computed,
 1 some figure could not be computed (shown as n/a, with the reason) or lines
 of one (run_id, seq) differ, or a worker died, 2 wrong usage, a missing file,
 or --ray with a RAY_ADDRESS that is malformed or cannot be reached.
@@ -216,9 +216,9 @@ def render(stops: list[StopCost]) -> str:
 
 COMMAND = Command(
     name="cost",
-    help="what each stop and restore cost (README: Reference > Restore-cost figures)",
+    help="what each stop and restore cost (docs: Reference > Restore-cost figures)",
     description="Compute the restore-cost figures of every stop in a trace set.\n"
-    "Each figure is defined in the README, section Reference > Restore-cost figures.",
+    "Each figure is defined in the docs, Reference > Restore-cost figures.",
     epilog=_EPILOG,
     add_arguments=_add_arguments,
     run=_run,

@@ -36,7 +36,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         prog="rollout-trace",
         description="Read rollout traces and answer what a checkpoint stop and restore cost.",
         epilog="The file format, the events, the figures and the exit codes are described "
-        "in the README, section Reference.",
+        "in the docs, section Reference.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -16,7 +16,7 @@ from .common import BadLines, read_model, report_problems, table, trace_files
 
 __all__ = ["COMMAND", "VIEWS"]
 
-# The views a query sees: what each holds (README: Command line > Your own questions).
+# The views a query sees: what each holds (docs: CLI reference > sql).
 VIEWS = {
     "events": "every event: run, run_id, seq, time, event, group_id, prompt_id, "
     "generation_index, attempt, weight_version, step, path, reason, fields (JSON text)",
@@ -24,7 +24,8 @@ VIEWS = {
     "open at its run's last event, what report calls a stall once it is old enough)",
     "stops": "one row per stop: stop, stopped_run, restored_run and every figure",
     "steps": "one row per step_trained: run, run_id, seq, time, step, groups, "
-    "weight_version (the run's latest weights_synced before it)",
+    "weight_version (the run's latest weights_synced before it, else the version the "
+    "run started with)",
     "runs": "one row per run: run, run_id, host, pid, first_time, last_time, events, "
     "closed, stopped, files",
 }

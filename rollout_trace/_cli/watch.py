@@ -123,8 +123,9 @@ def frame(view: LiveView, wall_now: float, interval: float | None = None) -> str
         out.append(
             f"last stop: run {stopped_run} stopped, run {stop.restored_run[:8]} restored: "
             f"downtime {fmt_num(stop.downtime_s, 1)} s, restore {fmt_num(stop.restore_s, 1)} s, "
-            f"in flight {fmt_num(stop.in_flight)} (resumed {fmt_num(stop.resumed)}, restarted "
-            f"{fmt_num(stop.restarted)}), lost {fmt_num(stop.lost_s, 1)} s"
+            f"in flight {fmt_num(stop.in_flight)}; resumed {fmt_num(stop.resumed)}, restarted "
+            f"{fmt_num(stop.restarted)}, redone {fmt_num(stop.redone)}; "
+            f"lost {fmt_num(stop.lost_s, 1)} s"
         )
     twice = sum(r.read_twice for r in runs)
     if twice:

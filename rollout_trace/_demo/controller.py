@@ -107,7 +107,8 @@ class Controller:
         # sealed, how many failed, and each published snapshot's capture and
         # publish times with the tries it saw running and their turns done.
         self.step_times: list[float] = []
-        self.seal_times: list[float] = []
+        # (time, (group_id, generation_index, attempt)) of each seal.
+        self.seals: list[tuple[float, tuple[str, int, int]]] = []
         self.failures = 0
         self.published: list[tuple[float, float, dict[tuple[str, int, int], int]]] = []
 
@@ -225,7 +226,7 @@ class Controller:
                 return
             s.turns_done = turn + 1
         self.emit(rt.AttemptSealed(**ids))
-        self.seal_times.append(self.sim.now())
+        self.seals.append((self.sim.now(), (g.group_id, s.index, attempt)))
         s.state = "sealed"
         self.release(g, s)
         if all(x.state == "sealed" for x in g.siblings):

@@ -1,6 +1,6 @@
 """The checks behind ``rollout-trace validate``: every line, run and file, against the model.
 
-The rules are the README's, sections Wire format, Lifecycle events and Rollout
+The rules are the docs', Reference: Wire format, Lifecycle events and Rollout
 events (Reference), and Instrumenting a controller. The set is read once: the
 reader's bad lines come to ``Checker.problem``, its blocks to ``add``, which
 gathers them with their lines (``runs.Collector``). ``finish`` then reads the
@@ -79,16 +79,16 @@ __all__ = [
     "seq_ranges",
 ]
 
-# --- the rules of one event (README: Reference) --------------------------------------
+# --- the rules of one event (docs: Reference) --------------------------------------
 
 # Unix seconds of a trace written this century: 2001-09-09 to the year 5138.
 # Below is a monotonic clock or a time since start; above, milliseconds.
 UNIX_MIN = 1e9
 UNIX_MAX = 1e11
 
-# The fields each event has that count from 0, and why (README: Identity and
+# The fields each event has that count from 0, and why (docs: Identity and
 # Reference > Rollout events and Lifecycle events). A step, a turn or a weight
-# version may be any integer: the README gives them no lower bound.
+# version may be any integer: the docs give them no lower bound.
 _FROM_ZERO: dict[type[Event], tuple[tuple[str, str], ...]] = {
     GroupReserved: (("size", "how many generations the group has"),),
     TraceClosed: tuple(
@@ -388,7 +388,7 @@ class _Sibling:
 def dispatch_breaks(
     run: RunEvents, tries: Tries, place: Callable[[int], str]
 ) -> Iterator[tuple[int, str, Literal["error", "warning"], str]]:
-    """Each dispatch that breaks the attempt rules (README: Instrumenting a controller),
+    """Each dispatch that breaks the attempt rules (docs: Instrument your controller),
     read off the run's tries: the index of its event, the sibling, how badly, and why.
 
     ``place`` names an event (by index) for the messages, e.g. ``file:line``.
@@ -446,7 +446,7 @@ def _dispatch_break(
         )
     if last >= 0:
         # A warning: a controller that numbers tries per group from 0 does this
-        # when a later epoch reserves the same prompt again (the README's own
+        # when a later epoch reserves the same prompt again (the docs' own
         # example does), which only a new group_id tells apart from a reuse.
         return "warning", (
             f"attempt {attempt} dispatched again after it ended (at {place(at.end(last))}); "
@@ -569,7 +569,7 @@ class Checker:
 
     def problem(self, p: ReadProblem) -> None:
         """A bad line (the reader's ``problems``)."""
-        # A killed writer's torn last line is what a reader must expect (README:
+        # A killed writer's torn last line is what a reader must expect (docs:
         # Reference > Wire format), so it is a warning; any other undecodable line is an error.
         self.lines += 1
         self._tally(p.file)[0] += 1
@@ -784,7 +784,7 @@ class Checker:
             else:
                 say("error", text)
         if run.off_clock_first is not None:
-            # A warning, not an error: the README lets a tracer take another
+            # A warning, not an error: the docs let a tracer take another
             # clock (`clock=`); but then no time of the run is a date.
             t, (s, n) = run.off_clock_first
             say(

@@ -1,25 +1,30 @@
 """The restore-cost rules, once: stops, each sibling's class at a stop, figures, notes.
 
-The rules are the README's (Reference > Restore-cost figures).
+The rules are the docs' (Reference > Restore-cost figures).
 
 ``pair_stops`` walks the runs in the run order: a run whose first rollout
 event is ``restore_started`` is a stop of the latest earlier run with rollout
 events (an orphan stop when there is none). ``classify`` is the one place
 that decides what a stop did to each sibling of the stopped run; the figures
-(``cost_of``), the notes (``stop_notes``) and the fates of tries
-(``StopClasses.fates``) are all read off its answer, so they cannot disagree.
+(``cost_of``), the notes (``stop_notes``), the fates of tries
+(``StopClasses.fates``) and the uses that a restore carries on
+(``StopClasses.kept``) are all read off its answer, so they cannot disagree.
 
-Today's rules, kept exactly (README: Reference > Restore-cost figures):
+A stop is judged against the state the restored run got back, captured at C
+(``captured``), not against the state at the stop. Per sibling, T is the
+stopped run's last started try of it, t0 its start and t1 its seal, or the
+stop time when T is open at the stop:
 
-- in flight: the sibling's last started try in A is open; of those,
-  ``resumed`` are the ones B resumes (any ``attempt_resumed`` of the sibling
-  in B), ``restarted`` the rest, each losing ``stop_time - start``;
-- ``redone``: not in flight, and A's last seal of the sibling (by seq) is
-  later than C; it lost ``seal time - start of the try it sealed`` (for a
-  seal with no start in its try, the latest earlier start of its attempt;
-  none makes ``redone_s`` n/a);
-- sums are correctly rounded (``math.fsum``); a figure that is not finite
-  is None, with the reason.
+- T abandoned or refused, or sealed at or before C: counted nowhere (a seal
+  at or before C is in the restored state: it is *kept*);
+- B resumes the sibling (an ``attempt_resumed`` anywhere in B): ``resumed``,
+  losing ``t1 - max(t0, C)``, what A did after the capture;
+- else T open at the stop: ``restarted``, losing ``stop_time - t0``;
+- else (sealed after C): ``redone``, losing ``t1 - t0``.
+
+With C unknown only the open siblings can be classed; every figure that
+needs C is None with the reason. Sums are correctly rounded
+(``math.fsum``); a figure that is not finite is None, with the reason.
 """
 
 from __future__ import annotations
@@ -27,16 +32,18 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from .terms import CHECKPOINT, RESTORE_STARTED, SNAPSHOT, EndKind
+from .terms import CHECKPOINT, RESTORE_STARTED, SNAPSHOT, WEIGHTS, EndKind
 from .tries import Run
 
 __all__ = [
+    "CLASSES",
     "FIGURES",
     "FIGURE_ROWS",
+    "Counted",
     "Note",
     "Stop",
     "StopClasses",
@@ -47,9 +54,13 @@ __all__ = [
     "orphan_cost",
     "pair_stops",
     "run_notes",
+    "start_versions",
     "stops_of",
     "stop_notes",
 ]
+
+# The classes a stop counts a sibling in, each the name of the figure that counts it.
+CLASSES = ("resumed", "restarted", "redone")
 
 FIGURES = (
     "stop_time",
@@ -59,6 +70,7 @@ FIGURES = (
     "captured_at",
     "in_flight",
     "resumed",
+    "resumed_s",
     "restarted",
     "thrown_away_s",
     "redone",
@@ -68,7 +80,7 @@ FIGURES = (
     "lost_steps_s",
 )
 
-# figure -> (unit, what it is), in the order of ``FIGURES`` (the README's
+# figure -> (unit, what it is), in the order of ``FIGURES`` (the docs'
 # Reference > Restore-cost figures): the rows of ``rollout-trace cost`` and of
 # the timeline page's stop cards.
 FIGURE_ROWS: dict[str, tuple[str, str]] = {
@@ -78,12 +90,13 @@ FIGURE_ROWS: dict[str, tuple[str, str]] = {
     "restored_step": ("step", "step of what was restored"),
     "captured_at": ("", "when the restored state was captured"),
     "in_flight": ("siblings", "open tries at the stop"),
-    "resumed": ("siblings", "open tries the restored run resumed"),
-    "restarted": ("siblings", "open tries started over"),
+    "resumed": ("siblings", "resumed by the restored run: open, or sealed after the capture"),
+    "resumed_s": ("s", "work of the resumed tries after the capture"),
+    "restarted": ("siblings", "open at the stop, started over"),
     "thrown_away_s": ("s", "work of the restarted tries"),
-    "redone": ("siblings", "sealed after the capture, so done again"),
+    "redone": ("siblings", "sealed after the capture, not resumed: done again"),
     "redone_s": ("s", "work of the redone tries"),
-    "lost_s": ("s", "thrown_away_s + redone_s"),
+    "lost_s": ("s", "resumed_s + thrown_away_s + redone_s"),
     "lost_steps": ("steps", "trained after the restored step"),
     "lost_steps_s": ("s", "stop minus the last kept step"),
 }
@@ -126,6 +139,7 @@ class StopCost(msgspec.Struct, kw_only=True):
     captured_at: float | None
     in_flight: int | None
     resumed: int | None
+    resumed_s: float | None
     restarted: int | None
     thrown_away_s: float | None
     redone: int | None
@@ -146,6 +160,7 @@ class StopCost(msgspec.Struct, kw_only=True):
 
     @property
     def complete(self) -> bool:
+        """Whether every figure could be computed (``reasons`` is empty)."""
         return not self.reasons
 
 
@@ -164,30 +179,49 @@ class Stop(msgspec.Struct, frozen=True):
     restore: int
 
 
+class Counted(NamedTuple):
+    """A sibling a stop counts: its class (one of ``CLASSES``), A's try T of it
+    (``at``, an index into A's tries), and the part of T's work the stop lost, from
+    ``lost_from`` (``max(t0, C)`` for a resumed sibling, else t0; NaN where C
+    is unknown) to ``lost_to`` (t1)."""
+
+    fate: str
+    at: int
+    lost_from: float
+    lost_to: float
+
+    @property
+    def lost_s(self) -> float:
+        """The seconds lost: ``lost_to - lost_from`` (NaN where C is unknown)."""
+        return self.lost_to - self.lost_from
+
+
 class StopClasses(msgspec.Struct, kw_only=True):
     """What one stop did to the siblings of its stopped run (``classify``).
 
-    ``in_flight`` maps each sibling in flight to A's try of it (its last
-    started, open at the stop); ``resumed`` holds those B resumes (the rest
-    are restarted). ``redone`` maps each redone sibling to A's try of its last
-    seal, and ``redone_spans`` holds the work each lost (NaN: no start
-    known). ``redone`` is None when C is unknown.
+    ``in_flight`` maps each sibling whose T is open at the stop to T;
+    ``counted`` each sibling the stop counts to its ``Counted`` (with C
+    unknown, only the open ones). ``kept`` holds the siblings whose T was
+    sealed at or before C, so the restored state holds their result (None:
+    C unknown). ``strangers`` maps each sibling B resumes that the stop counts
+    nowhere to why (``never_tried``, ``kept``, ``abandoned``, ``refused``);
+    with C unknown, siblings sealed in A are left out of it.
     """
 
+    captured_at: float | None
     in_flight: dict[SiblingKey, int]
-    resumed: set[SiblingKey]
-    redone: dict[SiblingKey, int] | None
-    redone_spans: list[float]
-    late_seals: set[SiblingKey]
+    counted: dict[SiblingKey, Counted]
+    kept: set[SiblingKey] | None
+    strangers: dict[SiblingKey, str]
 
-    def fates(self) -> Iterator[tuple[int, str]]:
-        """``(A's try index, fate)`` for each try this stop counts."""
-        for key, i in self.in_flight.items():
-            yield i, "resumed" if key in self.resumed else "restarted"
-        for key, i in (self.redone or {}).items():
-            # A bar is marked redone only where its seal is later than C.
-            if key in self.late_seals:
-                yield i, "redone"
+    def of(self, fate: str) -> list[Counted]:
+        """The siblings counted in one class."""
+        return [c for c in self.counted.values() if c.fate == fate]
+
+    def fates(self) -> Iterator[tuple[int, Counted]]:
+        """``(A's try index, how it is counted)`` for each try this stop counts."""
+        for counted in self.counted.values():
+            yield counted.at, counted
 
 
 def pair_stops(runs: list[Run]) -> Iterator[Stop]:
@@ -246,6 +280,41 @@ def stops_of(
             classes.append(cls)
             notes.extend(stop_notes(stop.a, run, cost, cls))
     return costs, notes, classes
+
+
+def start_versions(runs: list[Run], costs: list[StopCost]) -> list[int | None]:
+    """The weight version each run (in the run order) started with: the version a
+    step of the run is judged against until its first ``weights_synced``.
+
+    A run that begins with a restore takes the version of the state it
+    restored: the stopped run's latest ``weights_synced`` (by seq) among those
+    at or before C, else the version that run started with. Failing that (no
+    stopped run, C unknown, no version there), and for every other run, the
+    ``weight_version`` of its first ``attempt_dispatched`` by seq. None where
+    neither is known.
+    """
+    place = {run.run_id: i for i, run in enumerate(runs)}
+    restored_from = {
+        c.restored_run: (place[c.stopped_run], c.captured_at)
+        for c in costs
+        if c.stopped_run is not None and c.stopped_run in place
+    }
+    out: list[int | None] = []
+    for run in runs:
+        version: int | None = None
+        held = restored_from.get(run.run_id)
+        if held is not None and held[1] is not None:
+            a, c = runs[held[0]].events, held[1]
+            version = out[held[0]]
+            for i, k in enumerate(a.kind):
+                if k == WEIGHTS and a.time[i] <= c:
+                    version = a.events[i].weight_version
+        if version is None:
+            # Tries come in the order of their first event, and only a dispatch
+            # gives one a version: the first with one is the first dispatch.
+            version = next((v for v in run.tries.weight_version if v is not None), None)
+        out.append(version)
+    return out
 
 
 def run_notes(run: Run, files: list[str]) -> Iterator[Note]:
@@ -346,28 +415,58 @@ def captured(a: Run, path: str) -> tuple[float | None, str | None]:
 
 
 def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
-    """The one place that decides each sibling's class at a stop of ``a`` restored by ``b``."""
+    """The one place that decides each sibling's class at a stop of ``a`` restored by ``b``
+    (see the module's rules), C being ``captured_at``."""
     tries = a.tries
-    in_flight = {key: i for key, i in a.sib.last_start.items() if tries.end_kind[i] == EndKind.OPEN}
-    resumed = {key for key in in_flight if key in b.sib.resumed}
-    late: set[SiblingKey] = set()
-    redone: dict[SiblingKey, int] | None = None
-    spans: list[float] = []
-    if captured_at is not None:
-        redone = {}
-        for key, i in a.sib.last_seal.items():
-            sealed_at = tries.end_time[i]
-            # Two tests, as today's figures have them: a seal time that is NaN
-            # is redone (not at or before C) but not late (for the notes).
-            if sealed_at > captured_at:
-                late.add(key)
-            if sealed_at <= captured_at or key in in_flight:
-                continue
-            redone[key] = i
-            began = tries.start_time[i] if tries.started(i) else a.sib.began.get(i, math.nan)
-            spans.append(sealed_at - began)
+    stop_time = a.events.last_time
+    resumed_by_b = b.sib.resumed
+    in_flight: dict[SiblingKey, int] = {}
+    counted: dict[SiblingKey, Counted] = {}
+    kept: set[SiblingKey] | None = None if captured_at is None else set()
+    why_not: dict[SiblingKey, str] = {}
+    c = math.nan if captured_at is None else captured_at
+    for key, i in a.sib.last_start.items():
+        end = tries.end_kind[i]
+        t0 = tries.start_time[i]
+        resumed = key in resumed_by_b
+        # The lost part of a resumed try begins at the capture, or at its start if later;
+        # written so that a NaN time stays NaN rather than be taken as the larger.
+        after_c = c if t0 < c else (t0 if captured_at is not None else math.nan)
+        if end == EndKind.OPEN:
+            in_flight[key] = i
+            if resumed:
+                counted[key] = Counted("resumed", i, after_c, stop_time)
+            else:
+                counted[key] = Counted("restarted", i, t0, stop_time)
+        elif end == EndKind.SEALED:
+            if kept is None:
+                continue  # sealed before or after C: cannot be told
+            t1 = tries.end_time[i]
+            if t1 <= c:
+                kept.add(key)
+                why_not[key] = "kept"
+            elif resumed:
+                counted[key] = Counted("resumed", i, after_c, t1)
+            else:
+                counted[key] = Counted("redone", i, t0, t1)
+        elif end == EndKind.ABANDONED:
+            why_not[key] = "abandoned"
+        elif end == EndKind.REFUSED:
+            why_not[key] = "refused"
+    strangers: dict[SiblingKey, str] = {}
+    for key in resumed_by_b:
+        if key in counted:
+            continue
+        if key not in a.sib.last_start:
+            strangers[key] = "never_tried"
+        elif key in why_not:
+            strangers[key] = why_not[key]
     return StopClasses(
-        in_flight=in_flight, resumed=resumed, redone=redone, redone_spans=spans, late_seals=late
+        captured_at=captured_at,
+        in_flight=in_flight,
+        counted=counted,
+        kept=kept,
+        strangers=strangers,
     )
 
 
@@ -415,29 +514,23 @@ def cost_of(a: Run, b: Run, restore: Any) -> tuple[StopCost, StopClasses]:
             f"with path {restore.path!r}, the path run {b.run_id} restored from"
         )
     classes = classify(a, b, captured_at)
-    starts = a.tries.start_time
-    in_flight = classes.in_flight
-    resumed = len(classes.resumed)
-    thrown_away_s = _exact_sum(
-        [stop_time - starts[i] for key, i in in_flight.items() if key not in classes.resumed]
-    )
+    restarted = classes.of("restarted")
+    thrown_away_s = _exact_sum([c.lost_s for c in restarted])
+    resumed: int | None = None
+    resumed_s: float | None = None
     redone: int | None = None
     redone_s: float | None = None
-    if classes.redone is None:
-        for name in ("redone", "redone_s", "lost_s"):
+    lost_s: float | None = None
+    if captured_at is None:
+        for name in ("resumed", "resumed_s", "redone", "redone_s", "lost_s"):
             reasons[name] = "captured_at is unknown"
     else:
-        redone = len(classes.redone)
-        known = [s for s in classes.redone_spans if not math.isnan(s)]
-        unstarted = len(classes.redone_spans) - len(known)
-        redone_s = _exact_sum(known)
-        if unstarted:
-            reasons["redone_s"] = reasons["lost_s"] = (
-                f"{unstarted} redone sibling(s) have an attempt_sealed in run {a.run_id} "
-                "for an attempt the run did not start before it (its dispatch or resume "
-                "is missing)"
-            )
-            redone_s = None
+        kept_on = classes.of("resumed")
+        done_again = classes.of("redone")
+        resumed, redone = len(kept_on), len(done_again)
+        resumed_s = _exact_sum([c.lost_s for c in kept_on])
+        redone_s = _exact_sum([c.lost_s for c in done_again])
+        lost_s = resumed_s + thrown_away_s + redone_s
 
     last_kept: float | None = a.events.opened_at
     lost_steps = 0
@@ -463,13 +556,14 @@ def cost_of(a: Run, b: Run, restore: Any) -> tuple[StopCost, StopClasses]:
             restore_s=restore_s,
             restored_step=restore.step,
             captured_at=captured_at,
-            in_flight=len(in_flight),
+            in_flight=len(classes.in_flight),
             resumed=resumed,
-            restarted=len(in_flight) - resumed,
+            resumed_s=resumed_s,
+            restarted=len(restarted),
             thrown_away_s=thrown_away_s,
             redone=redone,
             redone_s=redone_s,
-            lost_s=None if redone_s is None else thrown_away_s + redone_s,
+            lost_s=lost_s,
             lost_steps=lost_steps,
             lost_steps_s=lost_steps_s,
             restore_path=restore.path,
@@ -523,25 +617,26 @@ def stop_notes(a: Run, b: Run, cost: StopCost, classes: StopClasses) -> Iterator
             text=f"run {b.run_id} opened {stop_time - opened_b:.3f} s before run "
             f"{a.run_id}'s last event: two controllers at once, or clocks that disagree",
         )
-    in_flight = classes.in_flight
-    # A sibling in flight when the restored state was captured and sealed by A
-    # after it is redone, and B rightly resumes it from that state.
-    strangers = [
-        key for key in b.sib.resumed if key not in in_flight and key not in classes.late_seals
-    ]
+    strangers = classes.strangers
     if strangers:
-        shown = ", ".join(_key(k) for k in sorted(strangers, key=repr)[:5])
+        listed = sorted(strangers.items(), key=lambda kv: repr(kv[0]))
+        shown = ", ".join(f"{_key(k)} {_WHY_NOT[why]}" for k, why in listed[:5])
         more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
         yield Note(
             kind="resumed_not_in_flight",
             run_id=b.run_id,
-            text=f"run {b.run_id} resumed {len(strangers)} sibling(s) that run {a.run_id} did "
-            f"not have in flight at its stop, nor sealed after the capture: {shown}{more}",
+            text=f"run {b.run_id} resumed {len(strangers)} sibling(s) that the stop counts "
+            f"nowhere, as run {a.run_id} neither had them open at its stop nor sealed them "
+            f"after the capture: {shown}{more}",
         )
         # Siblings match by (prompt_id, generation_index) with the JSON type
         # of the prompt id: 7 and "7" are two siblings.
-        as_text = {(str(p), g): (p, g) for p, g in in_flight}
-        retyped = [(as_text[(str(p), g)], (p, g)) for p, g in strangers if (str(p), g) in as_text]
+        as_text = {(str(p), g): (p, g) for p, g in a.sib.last_start}
+        retyped = [
+            (as_text[(str(p), g)], (p, g))
+            for (p, g), why in listed
+            if why == "never_tried" and (str(p), g) in as_text
+        ]
         if retyped:
             (pa, ga), (pb, _) = retyped[0]
             yield Note(
@@ -552,6 +647,15 @@ def stop_notes(a: Run, b: Run, cost: StopCost, classes: StopClasses) -> Iterator
                 f"({type(pb).__name__}) in run {b.run_id}, generation {ga}: they count as "
                 "different siblings; emit prompt ids of one type",
             )
+
+
+# Why a sibling the restored run resumed is counted nowhere, as a note says it.
+_WHY_NOT = {
+    "never_tried": "(never tried)",
+    "kept": "(sealed at or before the capture)",
+    "abandoned": "(abandoned before the stop)",
+    "refused": "(refused before the stop)",
+}
 
 
 def _key(key: Any) -> str:

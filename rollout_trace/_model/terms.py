@@ -21,8 +21,10 @@ for an open or superseded try.
 
 **A use of a sibling** (``same_use``): a start after a seal of the sibling
 continues the use that seal ended when it is in the same group and has a
-higher attempt number, or the seal was in another run; anything else begins a
-new use. A resume goes on with the try it resumes.
+higher attempt number, or the seal was in another run whose restored state
+does not hold its result (the stop after that run did not find the seal at or
+before the capture: ``stops``); anything else begins a new use. A resume goes
+on with the try it resumes.
 
 A seq is **usable** when a tracer could have given it, ``0 <= seq < 2**62``;
 events with any other seq are counted and otherwise left out.
@@ -203,14 +205,22 @@ def run_order_key(opened_at: float | None, first_time: float, run_id: str) -> tu
 
 
 def same_use(
-    sealed_group: str, sealed_attempt: int, sealed_run: str, group: str, attempt: int, run: str
+    sealed_group: str,
+    sealed_attempt: int,
+    sealed_run: str,
+    group: str,
+    attempt: int,
+    run: str,
+    kept: bool = False,
 ) -> bool:
     """Whether a start continues the use of a sibling whose last seal it follows.
 
     It does when it is in the seal's group and has a higher attempt number, or
-    the seal was in another run (a restore carried the group over).
+    the seal was in another run (a restore carried the group over) and is not
+    ``kept``: the state restored after that run holds it (sealed at or before
+    the capture), so the restored run starting the sibling again is a new use.
     """
-    return group == sealed_group and (attempt > sealed_attempt or run != sealed_run)
+    return group == sealed_group and (attempt > sealed_attempt or (run != sealed_run and not kept))
 
 
 # Fields sorted: two lines that decode to one event encode alike, however spelled.

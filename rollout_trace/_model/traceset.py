@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import os
 import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, Union
+from typing import Any, NamedTuple, TypeVar, Union
 
 import msgspec
 
@@ -22,11 +23,20 @@ from .._reading.reader import Problems, ReadProblem, iter_blocks
 from .._schema.events import Event
 from .._schema.registry import REGISTRY
 from .runs import Collector, normalize
-from .stops import Note, StopClasses, StopCost, stops_of
+from .stops import Note, StopClasses, StopCost, start_versions, stops_of
 from .terms import OPENED, EndKind
 from .tries import Run
 
-__all__ = ["Builder", "Model", "Source", "TryRow", "analyze", "gc_paused", "restore_costs"]
+__all__ = [
+    "Builder",
+    "Fate",
+    "Model",
+    "Source",
+    "TryRow",
+    "analyze",
+    "gc_paused",
+    "restore_costs",
+]
 
 M = TypeVar("M", bound="Model")
 
@@ -40,7 +50,9 @@ class TryRow(msgspec.Struct, kw_only=True):
     ``started_at`` is its start (None: an end whose start is not in the run);
     ``ended_at`` its end event's time (None: open, or superseded by a later
     start of its attempt, which ``end`` tells apart); ``fate`` what a stop
-    did to it and ``stop`` that stop's number (1, 2, ...; 0 for none).
+    did to it (``stops.CLASSES``), ``stop`` that stop's number (1, 2, ...; 0
+    for none) and ``lost_s`` the seconds of its work that stop lost (None:
+    no fate, or not known, as where C is unknown).
     """
 
     run: int
@@ -60,17 +72,31 @@ class TryRow(msgspec.Struct, kw_only=True):
     resumed_turn: int | None
     fate: str | None
     stop: int
+    lost_s: float | None
     end: str
+
+
+class Fate(NamedTuple):
+    """What a stop did to a try of its stopped run: the class it counts the try's
+    sibling in, the stop's number (1, 2, ...), and the try's lost part, from
+    ``lost_from`` (NaN: not known) to the try's t1, ``lost_s`` seconds (None: not
+    known, or not a finite number)."""
+
+    fate: str
+    stop: int
+    lost_from: float
+    lost_s: float | None
 
 
 class Model:
     """One trace set after analysis (``rt.TraceSet`` adds what the commands show).
 
     ``runs`` are in the run order; ``stops`` their stops with their figures
-    (README: Reference > Restore-cost figures); ``classes`` what each stop did
+    (docs: Reference > Restore-cost figures); ``classes`` what each stop did
     to each sibling (None for a stop of an unknown run); ``notes`` what bears
     on the figures; ``problems`` the lines the reader skipped; ``files`` the
-    files read.
+    files read; ``start_versions`` the weight version each run started with
+    (``stops.start_versions``), by its place in the run order.
     """
 
     def __init__(self, files: list[str], runs: list[Run], problems: list[ReadProblem]) -> None:
@@ -81,6 +107,8 @@ class Model:
         self.notes: list[Note]
         self.classes: list[StopClasses | None]
         self.stops, self.notes, self.classes = stops_of(runs, files)
+        self.start_versions: list[int | None] = start_versions(runs, self.stops)
+        self._fates: dict[tuple[int, int], Fate] | None = None
 
     @property
     def conflicts(self) -> bool:
@@ -98,15 +126,40 @@ class Model:
         """Every try, run by run in the run order, each run's in the order of its first event."""
         return list(self._try_rows())
 
+    @property
+    def fates(self) -> dict[tuple[int, int], Fate]:
+        """What the stops did to tries: ``(run index, try index)`` -> its ``Fate``,
+        read off each stop's classes (every command marks tries from this)."""
+        if self._fates is None:
+            fates: dict[tuple[int, int], Fate] = {}
+            by_id = {r.run_id: r for r in self.runs}
+            for number, (cost, cls) in enumerate(zip(self.stops, self.classes, strict=True), 1):
+                if cls is None or cost.stopped_run is None:
+                    continue
+                a = by_id[cost.stopped_run]
+                for i, counted in cls.fates():
+                    lost = counted.lost_s
+                    fates[(a.index, i)] = Fate(
+                        counted.fate,
+                        number,
+                        counted.lost_from,
+                        lost if math.isfinite(lost) else None,
+                    )
+            self._fates = fates
+        return self._fates
+
+    def kept(self) -> dict[str, frozenset[tuple[Any, int]] | None]:
+        """Stopped run id -> the siblings whose last try it sealed at or before the
+        capture its restored run got back (None: the capture is unknown): a use
+        of one of them ends there, as the restored state holds its result."""
+        out: dict[str, frozenset[tuple[Any, int]] | None] = {}
+        for cost, cls in zip(self.stops, self.classes, strict=True):
+            if cls is not None and cost.stopped_run is not None:
+                out[cost.stopped_run] = None if cls.kept is None else frozenset(cls.kept)
+        return out
+
     def _try_rows(self) -> Iterator[TryRow]:
-        fates: dict[tuple[int, int], tuple[str, int]] = {}
-        by_id = {r.run_id: r for r in self.runs}
-        for number, (cost, cls) in enumerate(zip(self.stops, self.classes, strict=True), 1):
-            if cls is None or cost.stopped_run is None:
-                continue
-            a = by_id[cost.stopped_run]
-            for i, what in cls.fates():
-                fates[(a.index, i)] = (what, number)
+        fates = self.fates
         for run in self.runs:
             host, pid = _host_of(run)
             t = run.tries
@@ -114,10 +167,7 @@ class Model:
                 started = t.started(i)
                 end = EndKind(t.end_kind[i])
                 ended = t.end_seq[i] >= 0
-                fate: str | None = None
-                stop = 0
-                if (run.index, i) in fates:
-                    fate, stop = fates[(run.index, i)]
+                given = fates.get((run.index, i))
                 yield TryRow(
                     run=run.index + 1,
                     run_id=run.run_id,
@@ -134,8 +184,9 @@ class Model:
                     reason=t.reason[i],
                     weight_version=t.weight_version[i],
                     resumed_turn=t.turn[i],
-                    fate=fate,
-                    stop=stop,
+                    fate=None if given is None else given.fate,
+                    stop=0 if given is None else given.stop,
+                    lost_s=None if given is None else given.lost_s,
                     end=end.name.lower(),
                 )
 

@@ -207,6 +207,10 @@ class TryPass:
 _OPEN, _SUPERSEDED = int(EndKind.OPEN), int(EndKind.SUPERSEDED)
 _END_OF_KIND = {k: int(v) for k, v in END_OF_KIND.items()}
 
+_MARK_KINDS = tuple(
+    k for k in range(256) if not is_attempt(k) and k not in (RESTORE_STARTED, RESTORE_FINISHED)
+)
+
 # Kind code -> 1 for the attempt kinds, else 0 (``bytes.translate``).
 _ATTEMPT_FLAGS = bytes(1 if DISPATCHED <= k <= ABANDONED else 0 for k in range(256))
 
@@ -221,11 +225,7 @@ def pass_run(run: RunEvents) -> TryPass:
 def marks_of(run: RunEvents) -> list[int]:
     """The indices of the run's marks: its events that are neither attempt
     events nor restores (``restores_of``), in seq order."""
-    return [
-        i
-        for i, k in enumerate(run.kind)
-        if not is_attempt(k) and k not in (RESTORE_STARTED, RESTORE_FINISHED)
-    ]
+    return run.where(*_MARK_KINDS)
 
 
 class Restore(msgspec.Struct):
@@ -245,7 +245,8 @@ def restores_of(run: RunEvents) -> list[Restore]:
     """The run's restores in seq order: each ``restore_finished`` finishes the
     earliest restore started and not yet finished."""
     out: list[Restore] = []
-    for i, k in enumerate(run.kind):
+    for i in run.where(RESTORE_STARTED, RESTORE_FINISHED):
+        k = run.kind[i]
         ev = run.events[i]
         if k == RESTORE_STARTED:
             out.append(Restore(run.time[i], None, ev.path, ev.step))

@@ -1,4 +1,4 @@
-"""Streaming trace sets back into typed events (README: Reference > Wire format).
+"""Streaming trace sets back into typed events (docs: Reference > Wire format).
 
 Lines are decoded a block at a time: msgspec decodes a block of complete lines
 in a single call (``decode_lines``), so the per-line cost is msgspec's and not

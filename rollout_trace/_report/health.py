@@ -9,7 +9,8 @@ An attempt is one try of a sibling in one run (see the model's docstring).
   A run's tries count the uses it sealed (with the tries before its restore)
   and its siblings unsealed at its end; the whole set's count each use once,
   where it was sealed or where its restore chain ends. A lag is the version of
-  the run's latest ``weights_synced`` before the step minus the try's
+  the run's latest ``weights_synced`` before the step (else the version the
+  run started with: ``_model.stops.start_versions``) minus the try's
   dispatch ``weight_version``; ``unknown`` when either is missing.
 - **Stalls**: an attempt open at its run's last event (``Attempt.open``: not
   superseded by a later start of its attempt),
@@ -78,7 +79,8 @@ class Stall(msgspec.Struct, kw_only=True):
 class StepLag(msgspec.Struct, kw_only=True):
     step: int
     time: float
-    # The version of the latest weights_synced before the step; None: none yet.
+    # The version of the latest weights_synced before the step, else the one the
+    # run started with; None: neither is known.
     weight_version: int | None
     attempts: int  # tries it trained with a known lag
     unknown: int  # ... and with none
@@ -104,6 +106,10 @@ class Rate(msgspec.Struct, kw_only=True):
 
 
 class RunHealth(msgspec.Struct, kw_only=True):
+    """The health of one run (``HealthReport.runs``): who wrote it and when, its
+    attempts by outcome, tries per sibling, durations, stalls, staleness,
+    intervals and sealed attempts per second (docs: Reading the figures > Rollout health)."""
+
     run_id: str
     host: str | None
     pid: int | None
@@ -122,6 +128,10 @@ class RunHealth(msgspec.Struct, kw_only=True):
 
 
 class HealthReport(msgspec.Struct, kw_only=True):
+    """What ``rt.health_report()`` and ``rollout-trace report`` give: each run's
+    ``RunHealth`` and the same figures over the whole set (docs: Reading the
+    figures > Rollout health)."""
+
     stall_after_s: float
     runs: list[RunHealth]
     attempts: dict[str, int]
@@ -174,7 +184,7 @@ def report_of(
         carried = ended.pop(before.run_id, None) if before is not None else None
         # A restored run goes on with its siblings' uses.
         state = carried if carried is not None else TriesState()
-        closed += tries_pass(run, state)
+        closed += tries_pass(run, state, tl.kept)
         if run.run_id in lineage.after:
             ended[run.run_id] = state
         unsealed[run.run_id] = state.unsealed()

@@ -32,12 +32,13 @@ import glob
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from math import isnan
 from typing import Any
 
 from .._errors import TraceReadError
 from .._model.live import GrowingBuilder
 from .._model.stops import StopCost
-from .._model.traceset import Model, gc_paused
+from .._model.traceset import Fate, Model, gc_paused
 from .._model.tries import Run
 from .._reading.gunzip import MAGIC, Cut, Members
 from .._reading.paths import expand_paths
@@ -296,7 +297,7 @@ class _Figures:
     """What the view shows of one run, read off its model once per build of it."""
 
     run: Run
-    fates: dict[int, tuple[str, int]]  # what the stops did to its tries (try index ->)
+    fates: dict[int, Fate]  # what the stops did to its tries (try index ->)
     host: str | None
     pid: int | None
     first_time: float
@@ -308,7 +309,20 @@ class _Figures:
     stalls: list[Stall]  # as ``report`` finds them, oldest first
 
 
-def _figures(run: Run, fates: dict[int, tuple[str, int]], stall_after: float) -> _Figures:
+def _same_fates(a: dict[int, Fate], b: dict[int, Fate]) -> bool:
+    """Equal fates, a lost part not known (NaN) equal to another not known."""
+    if a.keys() != b.keys():
+        return False
+    for i, x in a.items():
+        y = b[i]
+        if (x.fate, x.stop, x.lost_s) != (y.fate, y.stop, y.lost_s):
+            return False
+        if x.lost_from != y.lost_from and not (isnan(x.lost_from) and isnan(y.lost_from)):
+            return False
+    return True
+
+
+def _figures(run: Run, fates: dict[int, Fate], stall_after: float) -> _Figures:
     """One run's figures, from its line as ``timeline_of`` draws it and ``report`` reads it."""
     line = run_line(run, {(run.index, i): f for i, f in fates.items()})
     seals = [a.end for a in line.attempts if a.outcome == "sealed"]
@@ -444,18 +458,13 @@ class LiveView:
     def _refresh(self, ts: Model) -> None:
         """Read again the figures of the runs that were built again, or whose tries
         a stop now does something else to."""
-        fates: dict[int, dict[int, tuple[str, int]]] = {r.index: {} for r in ts.runs}
-        by_id = {r.run_id: r for r in ts.runs}
-        # As ``timeline_of`` gives each try its fate.
-        for number, (cost, cls) in enumerate(zip(ts.stops, ts.classes, strict=True), 1):
-            if cls is not None and cost.stopped_run is not None:
-                a = by_id[cost.stopped_run]
-                for i, fate in cls.fates():
-                    fates[a.index][i] = (fate, number)
+        fates: dict[int, dict[int, Fate]] = {r.index: {} for r in ts.runs}
+        for (run_index, i), fate in ts.fates.items():
+            fates[run_index][i] = fate
         for run in ts.runs:
             held = self._figures.get(run.run_id)
             mine = fates[run.index]
-            if held is None or held.run is not run or held.fates != mine:
+            if held is None or held.run is not run or not _same_fates(held.fates, mine):
                 self._figures[run.run_id] = _figures(run, mine, self.stall_after)
 
     def _figures_of(self, run_id: str) -> _Figures:

@@ -44,9 +44,12 @@ class AttemptRow(msgspec.Struct, kw_only=True):
     ``ended_at`` its end (None: open at the run's last event, outcome
     ``unended``). ``trained_step`` is the first ``step_trained`` that trained
     it (``lineage``: its group's latest seal of its sibling, in its run or a
-    run restored from it). ``fate`` is what a stop did
-    to it (``resumed``, ``restarted``: its work was thrown away, ``redone``),
-    ``stop`` that stop's number (1, 2, ...; 0 for none).
+    run restored from it). ``fate`` is what a stop did to it, named after the
+    figure that counts its sibling (``resumed``, ``restarted``, ``redone``),
+    ``stop`` that stop's number (1, 2, ...; 0 for none), and ``lost_s`` the
+    seconds of its work that stop lost: for a resumed try its part after the
+    capture, for the others all of it up to the stop or its seal (None: no
+    fate, or not known, as where the capture time is unknown).
     """
 
     run: int
@@ -67,6 +70,7 @@ class AttemptRow(msgspec.Struct, kw_only=True):
     trained_step: int | None
     fate: str | None
     stop: int
+    lost_s: float | None
 
 
 COLUMNS: tuple[str, ...] = AttemptRow.__struct_fields__
@@ -104,6 +108,7 @@ def rows_of(tl: Timeline) -> Iterator[AttemptRow]:
                 trained_step=trained.get(id(a)),
                 fate=a.fate,
                 stop=a.stop,
+                lost_s=a.lost_s,
             )
 
 
@@ -185,7 +190,7 @@ def tries_table(rows: Iterable[AttemptRow], open_: list[bool] | None = None) -> 
     held = list(rows)
     kinds = _kinds(held)
     types = {"run": pa.int32(), "stop": pa.int32()}
-    for name in ("started_at", "ended_at", "duration_s"):
+    for name in ("started_at", "ended_at", "duration_s", "lost_s"):
         types[name] = pa.float64()
     for name, kind in kinds.items():
         types[name] = pa.int64() if kind == "int" else pa.string()
@@ -255,7 +260,7 @@ def events_table(ts: Model) -> Any:
 
 
 def stops_table(ts: Model) -> Any:
-    """One row per stop (``stop``: its number), its runs, path and figures (README:
+    """One row per stop (``stop``: its number), its runs, path and figures (docs:
     Reference > Restore-cost figures); ``reasons`` the JSON text of why a figure is null."""
     pa = _pyarrow()
     rows = []
@@ -280,12 +285,13 @@ def stops_table(ts: Model) -> Any:
 
 def steps_table(ts: Model) -> Any:
     """One row per ``step_trained``: its run, seq, time, step and groups, and
-    ``weight_version``, that of the run's latest ``weights_synced`` before it (null: none)."""
+    ``weight_version``, that of the run's latest ``weights_synced`` before it, else
+    the version the run started with (``_model.stops.start_versions``; null: neither)."""
     pa = _pyarrow()
     rows = []
     for run in ts.runs:
         ev = run.events
-        version = None
+        version = ts.start_versions[run.index]
         for i, k in enumerate(ev.kind):
             if k == terms.WEIGHTS:
                 version = ev.events[i].weight_version

@@ -24,7 +24,7 @@ __all__ = [
 class UnknownEvent(msgspec.Struct, kw_only=True):
     """A line whose ``event`` names no class defined in this process.
 
-    Kept, never dropped (README, Reference > Wire format): ``fields`` holds every field that
+    Kept, never dropped (docs: Reference > Wire format): ``fields`` holds every field that
     is not part of the envelope.
     """
 
@@ -74,7 +74,7 @@ def bounded(reason: str) -> str:
 
 
 def envelope_problem(time: float, run_id: str, seq: int) -> str | None:
-    """Why an envelope that decoded is still not one (README: Reference > Wire format).
+    """Why an envelope that decoded is still not one (docs: Reference > Wire format).
 
     ``Event``'s own defaults (time 0.0, run_id "", seq -1) all fail here, so a
     line that lacks a field and one that holds a default's value are one case.

@@ -24,6 +24,7 @@ infinity as ``null``. A line its own class would refuse to read back, or a
 
 from __future__ import annotations
 
+import copy
 import keyword
 import math
 import re
@@ -38,7 +39,7 @@ import orjson
 from .events import Event
 from .reasons import Found, allowed, nan_behind_null, non_finite_in, show
 
-__all__ = ["BatchEncoder", "encode_one"]
+__all__ = ["BatchEncoder", "encode_one", "field_of", "refusal"]
 
 _ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -134,6 +135,41 @@ class BatchEncoder:
         return bytes(buf), bad
 
 
+def refusal(ev: Event) -> str | None:
+    """Why the writer would count ``ev`` invalid for its own fields, or None.
+
+    The envelope is left out: ``ev`` is not stamped yet (strict mode asks at
+    ``emit``), and the tracer stamps it with values of the right types. The
+    fast check first; only an event that fails it is encoded and read back.
+    """
+    rules = _rules(type(ev))
+    try:
+        passed = rules.run_own_time(ev, iter(()), None)[0] is True
+    except Exception:  # a value nested past the recursion limit
+        passed = False
+    if passed:
+        return None
+    probe = copy.copy(ev)
+    try:
+        # A stamped envelope, as the writer would see it: only the event's own fields count.
+        probe.time, probe.run_id, probe.seq = 1.0, "", -1
+    except AttributeError:  # a frozen class: emit raises for it itself
+        return None
+    # An encoder of its own: emit may be called from any thread at once.
+    bad = BatchEncoder(own_time=True)._encode_one_by_one([probe])[1]
+    return bad[0][1] if bad else None
+
+
+# "step_trained (seq 7): field 'step' must be ...": the field a reason names, if any.
+_FIELD_OF = re.compile(r"^[^:]*: field '([^']*)'")
+
+
+def field_of(reason: str) -> str | None:
+    """The field a reason of this module names (None: the event as a whole)."""
+    match = _FIELD_OF.match(reason)
+    return match.group(1) if match else None
+
+
 # --- the checks, one per class ----------------------------------------------------
 
 # Every class checked so far: what it allows.
@@ -200,7 +236,9 @@ class _Rules:
         self._time = any(f.name == "time" and _stamped(f, _OWN_TIME) for f in info.fields)
 
     def prefix(self, ev: Event) -> str:
-        return f"{self.cls.__struct_config__.tag} (seq {ev.seq})"
+        tag = self.cls.__struct_config__.tag
+        # An event not numbered yet (strict mode checks it at emit) has no seq to name.
+        return f"{tag} (seq {ev.seq})" if ev.seq >= 0 else f"{tag}"
 
     def diagnose(self, ev: Event, encoder: msgspec.json.Encoder) -> str | None:
         """Why ``ev`` may not be written, or None when it may: the authoritative check."""

@@ -1,4 +1,4 @@
-"""The event classes: one tagged msgspec Struct base and the schema (README, Reference)."""
+"""The event classes: one tagged msgspec Struct base and the schema (docs: Reference)."""
 
 # No `from __future__ import annotations`: msgspec would resolve string
 # annotations in the module named by `__module__`, which is `rollout_trace`
@@ -82,7 +82,7 @@ def event_types() -> dict[str, type[Event]]:
     return REGISTRY.event_types()  # type: ignore[return-value]
 
 
-# --- lifecycle events (README, Reference > Lifecycle events) -----------------
+# --- lifecycle events (docs: Reference > Lifecycle events) -----------------
 
 
 class TraceOpened(Event, kw_only=True):
@@ -132,7 +132,7 @@ class TraceClosed(Event, kw_only=True):
 
 LIFECYCLE_EVENTS: frozenset[str] = frozenset({"trace_opened", "trace_closed"})
 
-# --- rollout events (README, Reference > Rollout events) ---------------------
+# --- rollout events (docs: Reference > Rollout events) ---------------------
 
 AbandonReason = Literal["dropped", "failed", "cancelled", "restart", "whole_group"]
 

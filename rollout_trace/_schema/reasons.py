@@ -6,6 +6,7 @@ line is traced back to the NaN or infinity it was written for.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -67,6 +68,10 @@ def non_finite_in(value: Any, path: str = "") -> Found | None:
         items = (("[in a set]", x) for x in value)
     elif isinstance(value, msgspec.Struct):
         items = ((f".{n}", getattr(value, n)) for n in value.__struct_fields__)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f".{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value))
+    elif hasattr(type(value), "__attrs_attrs__"):  # msgspec encodes attrs classes too
+        items = ((f".{a.name}", getattr(value, a.name)) for a in type(value).__attrs_attrs__)
     else:
         return None
     for step, item in items:

@@ -301,6 +301,16 @@ class EventRegistry:
         if cls in self._pending:
             self._pending.remove(cls)
 
+    def superseded_by(self, cls: type[Any]) -> type[Event] | None:
+        """The class now holding the tag of emittable class ``cls``, if another
+        does: ``cls`` was defined again (a reloaded module, a test or notebook
+        cell run twice), and its lines are read back as the new class."""
+        if self._pending:
+            self.settle()  # a class defined since then may be the new holder
+        tag = cls.__struct_config__.tag
+        holder = self._by_tag.get(tag) if isinstance(tag, str) else None
+        return None if holder is None or holder is cls else holder
+
     # --- looking classes up -----------------------------------------------------
 
     def event_types(self) -> dict[str, type[Event]]:

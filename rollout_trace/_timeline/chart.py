@@ -8,9 +8,10 @@ become one bar. So a rare failure among thousands of sealed tries still
 shows, and the page stays a few hundred kB whatever the attempt count. Runs
 with more lanes than ``MAX_ROWS`` fold several lanes into one row.
 
-What a stop did to a try is drawn over its bar, either way: redone work is
-hatched, a try in flight at the stop ends in a triangle (resumed by the next
-run, which starts its try with the same triangle) or a cross (restarted).
+What a stop did to a try is drawn over its bar, either way: the work a redone
+or resumed try lost is hatched (all of a redone one; a resumed one's part
+after the capture), a resumed try ends in a triangle (the next run starts its
+try with the same triangle) and a restarted one in a cross.
 Text labels go through ``labels.Layout``, so none overprints another.
 """
 
@@ -298,10 +299,13 @@ def _band(
                 f'<rect x="{ax:.1f}" y="{y:.1f}" width="{w:.1f}" height="{bar_h:.1f}" '
                 f'class="o-{a.outcome}"><title>{escape(_attempt_title(a, tl))}</title></rect>'
             )
-            if a.fate == "redone":
+            lost = _lost_part(a)
+            if lost is not None:
+                lx = x(lost)
+                lw = max(x(a.end) - lx, 1.0)
                 p.append(
-                    f'<rect x="{ax:.1f}" y="{y:.1f}" width="{w:.1f}" height="{bar_h:.1f}" '
-                    'fill="url(#redo)" class="f-redone"/>'
+                    f'<rect x="{lx:.1f}" y="{y:.1f}" width="{lw:.1f}" height="{bar_h:.1f}" '
+                    'fill="url(#redo)" class="f-lost"/>'
                 )
             chart.bars += 1
     else:
@@ -327,14 +331,27 @@ def _attempt_title(a: Attempt, tl: Timeline) -> str:
     return "\n".join(lines)
 
 
+def _lost_part(a: Attempt) -> float | None:
+    """Where the hatched part of a try begins (it ends at the try's end): the work
+    a redone or resumed try lost; None for any other try, or where it is not known."""
+    if a.fate not in ("redone", "resumed") or not math.isfinite(a.lost_from):
+        return None
+    return min(max(a.lost_from, a.start), a.end)
+
+
 def _fate_text(a: Attempt, tl: Timeline) -> str:
     b = tl.run_number(tl.stops[a.stop - 1].restored_run)
+    lost = "" if a.lost_s is None else f", {a.lost_s:,.3f} s lost"
     if a.fate == "redone":
         return (
             f"redone: sealed after the state run {b} restored at stop {a.stop} was captured, "
-            "so done again"
+            f"and not resumed, so done again{lost}"
         )
-    return f"{a.fate} by run {b} at stop {a.stop}: in flight at the stop"
+    if a.fate == "resumed":
+        where = "in flight at the stop" if a.open else "sealed after the capture"
+        after = "" if a.lost_s is None else f"; {a.lost_s:,.3f} s of it after the capture lost"
+        return f"resumed by run {b} at stop {a.stop}: {where}{after}"
+    return f"{a.fate} by run {b} at stop {a.stop}: in flight at the stop{lost}"
 
 
 def _fate_glyphs(
@@ -395,7 +412,7 @@ def _raster(
 ) -> None:
     width = PLOT_W + 1
     strips = [bytearray(width) for _ in range(rows)]
-    redone = [bytearray(width) for _ in range(rows)]
+    hatched = [bytearray(width) for _ in range(rows)]
     fills = {code: bytes([code]) * width for code in _CODE.values()}
     ones = b"\x01" * width
     # The scale, inlined: this loop runs once per attempt of a large run.
@@ -408,8 +425,10 @@ def _raster(
         c1 = max(c0 + 1, min(math.ceil((a.end * 0.5 - h0) * k), width))
         row = lane_to_row(a.lane)
         strips[row][c0:c1] = fills[_CODE[a.outcome]][: c1 - c0]
-        if a.fate == "redone":
-            redone[row][c0:c1] = ones[: c1 - c0]
+        lost = _lost_part(a)
+        if lost is not None:
+            l0 = min(max(int((lost * 0.5 - h0) * k), c0), c1 - 1)
+            hatched[row][l0:c1] = ones[: c1 - l0]
     p = chart.parts
     for row, strip in enumerate(strips):
         y = lanes_top + row * row_h
@@ -420,10 +439,10 @@ def _raster(
                 f'height="{bar_h:.1f}" class="o-{outcome}"/>'
             )
             chart.bars += 1
-        for m in _RUNS_OF_ONES.finditer(redone[row]):
+        for m in _RUNS_OF_ONES.finditer(hatched[row]):
             p.append(
                 f'<rect x="{LEFT + m.start()}" y="{y:.1f}" width="{m.end() - m.start()}" '
-                f'height="{bar_h:.1f}" fill="url(#redo)" class="f-redone"/>'
+                f'height="{bar_h:.1f}" fill="url(#redo)" class="f-lost"/>'
             )
 
 

@@ -322,19 +322,23 @@ def _attempt(
     return begin, finish
 
 
-def _fate_args(a: Attempt, tl: Timeline) -> dict[str, str]:
-    """What stop ``a.stop`` did to the attempt, in words, under the name of its figure."""
+def _fate_args(a: Attempt, tl: Timeline) -> dict[str, Any]:
+    """What stop ``a.stop`` did to the attempt, in words, under the name of its figure,
+    and the seconds of its work the stop lost (``lost_s``, where known)."""
     stop = tl.stops[a.stop - 1]
     b = tl.run_number(stop.restored_run)
+    out: dict[str, Any]
     if a.fate == "redone":
-        return {
+        out = {
             "redone": f"sealed after the state run {b} restored at stop {a.stop} was captured, "
-            "so done again (counted in redone)"
+            "and not resumed, so done again (counted in redone)"
         }
-    return {
-        "after_stop": f"{a.fate} by run {b} at stop {a.stop} "
-        f"(in flight at the stop; counted in {a.fate})"
-    }
+    else:
+        where = "in flight at the stop" if a.open else "sealed after the capture"
+        out = {"after_stop": f"{a.fate} by run {b} at stop {a.stop} ({where}; counted in {a.fate})"}
+    if a.lost_s is not None:
+        out["lost_s"] = a.lost_s
+    return out
 
 
 def _mark(m: Mark, pid: int) -> list[dict[str, Any]]:

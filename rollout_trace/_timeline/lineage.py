@@ -13,14 +13,18 @@ the latest run of the chain before it. An earlier
 seal of a sibling that was tried again (a whole group restarted, a sibling
 redone after a restore) was thrown away, not trained. A try's version is its
 dispatch's; a resumed try takes it from the chain's dispatch of that try.
+A step's version is that of the run's latest ``weights_synced`` before it,
+else the version the run started with (``RunLine.start_version``).
 
 **Tries per sibling.** One use of a sibling runs from its first try to the
 seal that ends it; the tries counted are its starts. A start after a seal
-carries the same use on when it is the same group and, within a run, a
-higher attempt number (the seal was thrown away and the sibling tried
-again), or the seal was in an earlier run (redone after a restore);
-otherwise it begins a new use (a prompt that comes round again). A resume
-is the try it resumes, counted where that began. Events are
+carries the same use on (``_model.terms.same_use``) when it is the same group
+and a higher attempt number (the seal was thrown away and the sibling tried
+again), or the seal was in an earlier run and the state restored after it
+does not hold it (resumed or redone after a restore: sealed after the
+capture, ``Timeline.kept``); otherwise it begins a new use (a prompt that
+comes round again). A resume is the try it resumes, counted where that
+began. Events are
 taken in seq order, so a try still open when another try of the sibling
 seals (hedged tries) belongs to the sealed use.
 """
@@ -30,7 +34,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
+from .._model.terms import same_use
 from .marks import STEP, WEIGHTS
 from .model import Attempt, RunLine, Timeline
 
@@ -44,7 +50,8 @@ class TrainedStep:
     step: int
     time: float
     seq: int
-    # The version of the run's latest weights_synced before the step; None: none yet.
+    # The version of the run's latest weights_synced before the step, else the one
+    # the run started with; None: neither is known.
     weight_version: int | None
     # The tries it trained and each one's dispatch version (None: unknown).
     tries: list[tuple[Attempt, int | None]]
@@ -113,7 +120,7 @@ class Lineage:
         latest: dict[str, dict[Sibling, Attempt]] = {}  # the run's own seals so far
         k = 0
         m = run.marks
-        version: int | None = None
+        version = run.start_version
         out = []
         for i, code in enumerate(m.codes):
             if code == WEIGHTS:
@@ -184,9 +191,15 @@ def bucket(n: int) -> str:
     return str(max(n, 1)) if n < 3 else "3+"
 
 
-def tries_pass(run: RunLine, state: TriesState) -> Counter[tuple[str, str]]:
+def tries_pass(
+    run: RunLine,
+    state: TriesState,
+    kept: dict[str, frozenset[tuple[Any, int]] | None],
+) -> Counter[tuple[str, str]]:
     """Walk ``run``'s starts and seals in seq order from ``state``; the uses a new
-    one closed, each as (the run that sealed it, its bucket)."""
+    one closed, each as (the run that sealed it, its bucket). ``kept``: per
+    stopped run, the siblings whose seal there its restored state holds
+    (``Timeline.kept``)."""
     events: list[tuple[int, int, Attempt]] = []
     for a in run.attempts:
         if a.started:
@@ -202,9 +215,18 @@ def tries_pass(run: RunLine, state: TriesState) -> Counter[tuple[str, str]]:
         if kind == 0:
             if held is not None:
                 group, attempt, where = held
-                same_use = a.group_id == group and (a.attempt > attempt or where != run.run_id)
+                held_there = kept.get(where)
+                goes_on = same_use(
+                    group,
+                    attempt,
+                    where,
+                    a.group_id,
+                    a.attempt,
+                    run.run_id,
+                    held_there is not None and key in held_there,
+                )
                 del sealed[key]
-                if not same_use:
+                if not goes_on:
                     closed[where, bucket(count[key])] += 1
                     count[key] = 0
             # A resume goes on with a try counted where it began (if that is

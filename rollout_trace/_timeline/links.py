@@ -21,16 +21,18 @@ them). Every link is between slices that are in the document.
   there, to the sibling's first try in the run that restored its run, when
   that next try goes on with the same use of the sibling (``_same_use``, as
   ``report`` counts tries): after a try that did not seal, or after a seal
-  thrown away; never into a later use (a prompt that comes round again).
+  thrown away (in a restored run, one the restored state does not hold);
+  never into a later use (a prompt that comes round again).
 - A sealed try flows to the first step that trained it: the tries a step
   trained are read as ``report`` reads them (``lineage``: the latest seal
   before it of each sibling of the groups it names, in its run or in the runs
   it was restored from).
 
 The policy lag of a step is, for each try it trained, the weight version of
-the run's latest ``weights_synced`` before the step (by seq) minus the weight
-version the try was dispatched with (``lineage``); a step with no sync before
-it, or no try with a known version, has none. Its p50 is linear between the
+the run's latest ``weights_synced`` before the step (by seq), else the
+version the run started with, minus the weight version the try was
+dispatched with (``lineage``); a step with neither, or no try with a known
+version, has none. Its p50 is linear between the
 closest ranks, as every percentile of ``report``.
 """
 
@@ -42,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .._model.terms import same_use
 from .lineage import Lineage, TrainedStep, lag_of, quantile
 from .model import Attempt, Timeline
 
@@ -105,18 +108,24 @@ class _Open(NamedTuple):
     run: int  # its run's index
 
 
-def _same_use(src: _Open, a: Attempt, run: int) -> bool:
+def _same_use(src: _Open, a: Attempt, run: int, tl: Timeline) -> bool:
     """Whether ``a`` goes on with the use of its sibling that ``src`` belongs to
     (``lineage``): the same group, and after a try that did not seal, or after
     a seal thrown away (``a`` begun after it, with a higher attempt number in
-    its run, or redone in a run restored from it)."""
+    its run, or in a run restored from it whose restored state does not hold
+    the seal: ``terms.same_use``)."""
     b = src.attempt
     if a.group_id != b.group_id:
         return False  # a new use: a prompt that comes round again
     if b.outcome != "sealed":
         return True
     if src.run != run:
-        return True
+        stopped = tl.runs[src.run].run_id
+        kept = tl.kept.get(stopped)
+        held = kept is not None and (b.prompt_id, b.generation_index) in kept
+        return same_use(
+            b.group_id, b.attempt, stopped, a.group_id, a.attempt, tl.runs[run].run_id, held
+        )
     return a.started and a.start_seq > b.end_seq and a.attempt > b.attempt
 
 
@@ -158,7 +167,7 @@ def plan_links(tl: Timeline, us: Us) -> list[RunLinks]:
                 src is not None
                 and src.start <= start
                 and not src.links.flags[src.at] & FLOW_OUT
-                and _same_use(src, a, run.index)
+                and _same_use(src, a, run.index, tl)
             ):
                 fid = src.links.flows[src.at] or next(ids)
                 src.links.flows[src.at] = fid

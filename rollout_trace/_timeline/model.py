@@ -8,7 +8,7 @@ an ``Attempt``, and what a stop did to it comes from the stop's classes.
 An attempt is one try of a sibling within one run, keyed by
 ``(prompt_id, generation_index, attempt)``. It begins at its
 ``attempt_dispatched`` (or ``attempt_resumed``, which starts it in the run that
-resumes it, as README: Reference > Restore-cost figures says) and ends at its ``attempt_sealed``,
+resumes it, as docs: Reference > Restore-cost figures says) and ends at its ``attempt_sealed``,
 ``attempt_refused`` or ``attempt_abandoned``. One still open at the run's last
 event ends there, as ``unended``. An end whose start is not in the run (a
 restored run restarting a try of the run before it) becomes an attempt of zero
@@ -19,7 +19,8 @@ an ``attempt_abandoned`` with reason ``restart`` is the outcome
 ``abandoned_restart`` (``restarted`` is a figure, counted in siblings), and a
 try with no end in its run is ``unended`` (``in_flight`` is a figure). What a
 stop did to a try is its ``fate``, named after the figure that counts it:
-``resumed``, ``restarted`` or ``redone``.
+``resumed``, ``restarted`` or ``redone``, with the part of its work the stop
+lost (``lost_from`` to its end: after the capture, for a resumed try).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from typing import Any
 
 from .._model import terms
 from .._model.runs import RunEvents
-from .._model.stops import FIGURES, Note, StopCost
-from .._model.traceset import Model, analyze
+from .._model.stops import CLASSES, FIGURES, Note, StopCost
+from .._model.traceset import Fate, Model, analyze
 from .._model.tries import Run
 from .._schema.decoding import UnknownEvent
 from . import marks
@@ -81,7 +82,7 @@ OUTCOME_LABELS = {
     "unended": "unended",
 }
 # What a stop did to an attempt, each the name of the figure that counts it.
-FATES = ("resumed", "restarted", "redone")
+FATES = CLASSES
 
 
 @dataclass(slots=True)
@@ -100,9 +101,13 @@ class Attempt:
     reason: str | None = None
     # False for an end whose start is in an earlier run (drawn with no length).
     started: bool = True
-    # What a stop did to it (one of FATES), and that stop's number (1, 2, ...).
+    # What a stop did to it (one of FATES), and that stop's number (1, 2, ...);
+    # the stop lost its work from ``lost_from`` to its end, ``lost_s`` seconds
+    # (NaN and None: not known).
     fate: str | None = None
     stop: int = 0
+    lost_from: float = math.nan
+    lost_s: float | None = None
     lane: int = 0
     # The seqs of the events that started and ended it (-1: none in its run).
     # Within a run, attempts are listed by their first event's seq.
@@ -149,6 +154,8 @@ class RunLine:
     # Events of kinds the timeline does not know that were left out (beyond
     # the first ``fold.OTHER_PER_RUN`` by seq): True when there were any.
     others_cut: bool = False
+    # The weight version the run started with (``_model.stops.start_versions``).
+    start_version: int | None = None
 
     @property
     def label(self) -> str:
@@ -165,6 +172,9 @@ class Timeline:
     t1: float
     # What the cost analysis noted (runs read twice, a restore with no run before it).
     notes: list[Note] = field(default_factory=list)
+    # Stopped run id -> the siblings whose result the restored state holds
+    # (``Model.kept``; None: the capture is unknown).
+    kept: dict[str, frozenset[tuple[Any, int]] | None] = field(default_factory=dict)
     # run id -> its number, made at the first look-up: a page marks a try per
     # sibling in flight at each stop, and each names the run that restored it.
     _numbers: tuple[int, dict[str, int]] = field(
@@ -256,14 +266,8 @@ _MARK_CODE = {
 def timeline_of(ts: Model) -> Timeline:
     """The timeline of a trace set's model: its runs in the run order, each try
     an ``Attempt`` (with the fate its stop gave it), its marks and restores."""
-    fates: dict[tuple[int, int], tuple[str, int]] = {}
-    by_id = {r.run_id: r for r in ts.runs}
-    for number, (cost, cls) in enumerate(zip(ts.stops, ts.classes, strict=True), 1):
-        if cls is not None and cost.stopped_run is not None:
-            a = by_id[cost.stopped_run]
-            for i, fate in cls.fates():
-                fates[(a.index, i)] = (fate, number)
-    runs = [run_line(run, fates) for run in ts.runs]
+    fates = ts.fates
+    runs = [run_line(run, fates, ts.start_versions[run.index]) for run in ts.runs]
     times = [r.first_time for r in runs] + [_max_time(run) for run in ts.runs]
     times += [c for r in runs for c in r.marks.captured()]
     return Timeline(
@@ -272,6 +276,7 @@ def timeline_of(ts: Model) -> Timeline:
         t0=min(times, default=0.0),
         t1=max(times, default=0.0),
         notes=ts.notes,
+        kept=ts.kept(),
     )
 
 
@@ -299,7 +304,11 @@ def _last_time(ev: RunEvents) -> float:
 _OPEN, _SUPERSEDED = int(terms.EndKind.OPEN), int(terms.EndKind.SUPERSEDED)
 
 
-def run_line(run: Run, fates: dict[tuple[int, int], tuple[str, int]]) -> RunLine:
+def run_line(
+    run: Run, fates: dict[tuple[int, int], Fate], start_version: int | None = None
+) -> RunLine:
+    """One run as the timeline draws it; ``fates``: what the stops did to tries
+    (``Model.fates``)."""
     ev = run.events
     last_time = _last_time(ev)
     line = RunLine(
@@ -310,6 +319,7 @@ def run_line(run: Run, fates: dict[tuple[int, int], tuple[str, int]]) -> RunLine
         first_time=ev.min_time,
         last_time=last_time,
         closed=False,
+        start_version=start_version,
     )
     t = run.tries
     attempts = []
@@ -323,7 +333,7 @@ def run_line(run: Run, fates: dict[tuple[int, int], tuple[str, int]]) -> RunLine
             stop = t.superseded_at[i]
         else:
             stop = t.end_time[i]
-        fate, number = fates.get((run.index, i), (None, 0))
+        given = fates.get((run.index, i))
         attempts.append(
             Attempt(
                 start,
@@ -337,8 +347,10 @@ def run_line(run: Run, fates: dict[tuple[int, int], tuple[str, int]]) -> RunLine
                 resumed_turn=t.turn[i],
                 reason=t.reason[i],
                 started=started,
-                fate=fate,
-                stop=number,
+                fate=None if given is None else given.fate,
+                stop=0 if given is None else given.stop,
+                lost_from=math.nan if given is None else given.lost_from,
+                lost_s=None if given is None else given.lost_s,
                 start_seq=t.start_seq[i],
                 end_seq=t.end_seq[i],
                 superseded=end == _SUPERSEDED,

@@ -69,7 +69,7 @@ tr.why td{border-top:0;color:#b03a2e;font-size:11px;padding:0 4px 4px 14px;overf
 .stop{stroke:#c0392b;stroke-width:2;stroke-dasharray:5 3}
 .stoplab{font-size:11px;font-weight:600;fill:#c0392b;text-anchor:end}
 .down{font-size:12px;fill:#566173;text-anchor:middle;font-weight:600}
-.f-redone{pointer-events:none}
+.f-lost{pointer-events:none}
 .f-resumed{fill:#fff;stroke:#1d2430;stroke-width:1.3}
 .f-restarted{fill:none;stroke:#1d2430;stroke-width:1.8}
 """
@@ -96,8 +96,10 @@ _MARKER_LEGEND = (
 _FATE_LEGEND = {
     "resumed": (
         '<rect y="3" width="14" height="8" fill="{unended}"/>'
+        '<rect x="5" y="3" width="9" height="8" fill="url(#redo)"/>'
         '<path d="M7,2.5l6,4.5l-6,4.5z" class="f-resumed"/>',
-        "in flight at a stop, resumed by the next run (the same triangle starts its try there)",
+        "open at a stop or sealed after the capture, resumed by the next run (the same "
+        "triangle starts its try there); hatched: its work after the capture, done again",
     ),
     "restarted": (
         '<rect y="3" width="14" height="8" fill="{unended}"/>'
@@ -107,7 +109,7 @@ _FATE_LEGEND = {
     "redone": (
         '<rect y="3" width="14" height="8" fill="{sealed}"/>'
         '<rect y="3" width="14" height="8" fill="url(#redo)"/>',
-        "sealed after the restored state was captured, so done again",
+        "sealed after the restored state was captured and not resumed, so done again",
     ),
 }
 _REDO_DEFS = (

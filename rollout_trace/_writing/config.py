@@ -42,6 +42,12 @@ def _positive(name: str, value: Any, kind: type, *, infinite: bool = False) -> A
     return kind(value)
 
 
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}: {value!r}")
+    return value
+
+
 def _clock(clock: Any) -> Callable[[], float]:
     if not callable(clock):
         raise TypeError(f"clock must be a callable returning Unix seconds, not {clock!r}")
@@ -96,6 +102,8 @@ class TracerConfig:
     clock: Callable[[], float] = time.time
     # The URIs came from $ROLLOUT_TRACE, which errors then name.
     from_env: bool = False
+    # Raise at emit for an event the writer would count invalid (for tests).
+    strict: bool = False
 
     @classmethod
     def make(
@@ -109,6 +117,7 @@ class TracerConfig:
         flush_interval: float,
         close_timeout: float,
         clock: Callable[[], float] = time.time,
+        strict: bool = False,
     ) -> TracerConfig:
         from_env = False
         if enabled and not uris:
@@ -130,6 +139,7 @@ class TracerConfig:
             close_timeout=_positive("close_timeout", close_timeout, float, infinite=True),
             clock=_clock(clock),
             from_env=from_env,
+            strict=_flag("strict", strict),
         )
 
     def specs(self) -> list[SinkSpec]:

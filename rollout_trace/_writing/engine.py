@@ -10,6 +10,7 @@ blocking (``drive_blocking``) or from an event loop (``drive_async``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import math
@@ -18,6 +19,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -26,7 +28,7 @@ import anyio
 
 from .._errors import SinkOpenError
 from .._internals import is_cancellation
-from .._schema.encoding import BatchEncoder
+from .._schema.encoding import BatchEncoder, field_of
 from .._schema.events import Event, SinkTally, TraceClosed, TraceOpened
 from .._version import __version__
 from .config import TraceCounts, TracerConfig
@@ -97,9 +99,11 @@ class Engine:
         self._encoder = BatchEncoder(own_time=config.clock is time.time)
         self._written_lock = threading.Lock()
         self._progress = threading.Condition()
-        self._warned_invalid = False
-        # Set by a tracer opened on an asyncio loop (``loop_waker``).
-        self.wake_loop: Callable[[], None] | None = None
+        self._said_invalid: set[tuple[type, str | None]] = set()
+        # The asyncio loop the run was opened or emitted on (``went_idle``).
+        self.loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self.wake_owed = False  # a wake left out to bound their rate
+        self._woke_at = -_INF
         self._warned_broken = False
 
     # --- counting -------------------------------------------------------------
@@ -161,13 +165,18 @@ class Engine:
             return
         if bad:
             self.invalid += len(bad)
-            if not self._warned_invalid:
-                self._warned_invalid = True
-                logger.warning(
-                    "rollout_trace: an event does not fit its schema and is counted as "
-                    "invalid, not written (reported once; trace_closed counts them all): %s",
-                    bad[0][1],
-                )
+            for ev, reason in bad:
+                # Once for each event class and field: a second mistake is not
+                # hidden behind the first.
+                key = (type(ev), field_of(reason))
+                if key not in self._said_invalid:
+                    self._said_invalid.add(key)
+                    logger.warning(
+                        "rollout_trace: an event does not fit its schema and is counted as "
+                        "invalid, not written (reported once for each event and field; "
+                        "trace_closed counts them all): %s",
+                        reason,
+                    )
         n = len(events) - len(bad)
         if n:
             self._submit(data, n, events[0].seq)
@@ -209,9 +218,17 @@ class Engine:
         sets no signal wakeup fd). One wake after our threads' work closes
         the window they opened; then the loop goes back to sleep.
         """
-        wake = self.wake_loop
-        if wake is not None:
-            wake()
+        ref = self.loop
+        loop = None if ref is None else ref()
+        if loop is None or not loop.is_running():  # (a stopped loop would pile them up)
+            return
+        now = time.monotonic()
+        if now - self._woke_at < _WAKE_EVERY:
+            self.wake_owed = True  # the writer's next idle timeout makes it
+            return
+        self._woke_at, self.wake_owed = now, False
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            loop.call_soon_threadsafe(_nothing)
 
     def notify(self) -> None:
         """Wake whoever waits (``wait_blocking``): a sink or the writer made progress."""
@@ -493,6 +510,15 @@ class Engine:
                 swallowed += 1
             delay = min(delay * 2, 0.02)
         return swallowed
+
+
+def _nothing() -> None:
+    pass
+
+
+# At most one wake of the loop per switch interval: a stream of urgent events
+# drains the queue hundreds of times a second.
+_WAKE_EVERY = 0.005
 
 
 def open_within(close_timeout: float, specs: Sequence[SinkSpec]) -> float:

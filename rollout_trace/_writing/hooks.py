@@ -61,6 +61,8 @@ _deferred_since: list[float] = []  # when the SIGTERM handler first had to wait
 _handling: list[str] = []  # "waiting" or "closing" while the SIGTERM handler runs
 # Frames of these modules are the tracers' own code.
 _WRITING = __name__.rpartition(".")[0] + "."
+# ... but for t.attempt()'s blocks, which hold no lock: they only call emit.
+_ATTEMPTS = _WRITING + "attempts"
 _POLL = 0.005
 # Modules whose code the tracer calls and which take locks.
 _LOCKING = frozenset({"threading", "logging", "queue"})
@@ -258,7 +260,7 @@ def _must_wait(frame: FrameType | None) -> bool:
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
         if name.startswith(_WRITING) and name != __name__:
-            if frame.f_code.co_name == "emit" and not inside_a_library:
+            if (frame.f_code.co_name == "emit" or name == _ATTEMPTS) and not inside_a_library:
                 frame = frame.f_back
                 continue
             return True

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from sinks import Sink
+from rollout_trace.sinks import Sink
 
 from .._internals import first_caller, peek_count
 from .hooks import keep_signals_off_this_thread

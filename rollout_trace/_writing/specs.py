@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
+import logging
 import os
 import re
 import socket
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from urllib.parse import parse_qsl
 
-from sinks import Sink, SinkOptionValueError
+from rollout_trace.sinks import JsonlSink, Sink
 
 from .._errors import SinkError, SinkOptionError, UnknownSchemeError
 
@@ -22,6 +24,9 @@ ENTRY_POINT_GROUP = "rollout_trace.sinks"
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _BARE_SUFFIXES = (".jsonl", ".jsonl.gz")
 _TEMPLATES = ("run_id", "pid", "host")
+# A ``{name}`` in a location: a template, known or not.
+_TEMPLATE_REF = re.compile(r"\{([^{}/\\\s]*)\}")
+logger = logging.getLogger("rollout_trace")
 
 
 @functools.cache
@@ -48,7 +53,7 @@ def _load(uri: str, scheme: str) -> type[Sink]:
     except Exception as exc:
         raise SinkError(uri, f"the plugin for {scheme}:// failed to load: {exc!r}") from exc
     if not (isinstance(factory, type) and issubclass(factory, Sink)):
-        raise SinkError(uri, f"the plugin for {scheme}:// is not a sinks.Sink subclass")
+        raise SinkError(uri, f"the plugin for {scheme}:// is not a rollout_trace.Sink subclass")
     return factory
 
 
@@ -73,8 +78,10 @@ class SinkSpec:
             location = location.replace("{" + name + "}", values[name])
         try:
             return self.factory(location, dict(self.options))
-        except SinkOptionValueError as exc:
-            raise SinkOptionError(self.uri, str(exc)) from exc
+        except SinkOptionError as exc:
+            if exc.uri:
+                raise
+            raise SinkOptionError(self.uri, exc.reason) from exc
 
 
 def parse_uri(uri: str) -> SinkSpec:
@@ -83,8 +90,8 @@ def parse_uri(uri: str) -> SinkSpec:
         raise TypeError(f"a sink URI must be a str, not {type(uri).__name__}: {uri!r}")
     if "://" not in uri:
         if uri.endswith(_BARE_SUFFIXES):
-            uri_path = uri
-            return parse_uri("jsonl://" + uri_path).with_uri(uri)
+            # A bare path: relative to the working folder on purpose.
+            return _parse(uri, "jsonl", uri, bare=True)
         raise UnknownSchemeError(
             uri,
             "not a sink URI: use scheme://location (known schemes: "
@@ -92,11 +99,16 @@ def parse_uri(uri: str) -> SinkSpec:
             + ") or a path ending in .jsonl or .jsonl.gz",
         )
     scheme, _, rest = uri.partition("://")
-    scheme = scheme.lower()
+    return _parse(uri, scheme.lower(), rest)
+
+
+def _parse(uri: str, scheme: str, rest: str, *, bare: bool = False) -> SinkSpec:
+    """``parse_uri`` of ``scheme://rest``; errors name ``uri``, as the user wrote it."""
     if not _SCHEME.fullmatch(scheme):
         raise UnknownSchemeError(uri, f"{scheme!r} is not a URI scheme")
     factory = _load(uri, scheme)
     location, _, query = rest.partition("?")
+    _check_templates(uri, location)
     options: dict[str, str] = {}
     if query:
         try:
@@ -119,7 +131,50 @@ def parse_uri(uri: str) -> SinkSpec:
     # This process's host and pid, as the open will have them: an empty host
     # would make `s3://{host}/...` look like a location with no bucket.
     spec.build(run_id="0" * 32, pid=os.getpid(), host=socket.gethostname())
+    if not bare and issubclass(factory, JsonlSink) and not _relative_on_purpose(location):
+        _say_relative(uri, location)
     return spec
+
+
+def _check_templates(uri: str, location: str) -> None:
+    """Refuse a ``{name}`` that no template fills: it would be in the path as written."""
+    for name in _TEMPLATE_REF.findall(location):
+        if name not in _TEMPLATES:
+            close = difflib.get_close_matches(name.lower(), _TEMPLATES, n=1)
+            hint = f"did you mean {{{close[0]}}}? " if close else ""
+            raise SinkError(
+                uri,
+                f"unknown template {{{name}}} in the location: {hint}the templates are "
+                + ", ".join(f"{{{t}}}" for t in _TEMPLATES),
+            )
+
+
+def _relative_on_purpose(location: str) -> bool:
+    return os.path.isabs(location) or location.startswith(("./", "../"))
+
+
+# The relative jsonl:// URIs said already (once a process: tracers are made often).
+_said_relative: set[str] = set()
+
+
+def _say_relative(uri: str, location: str) -> None:
+    """``jsonl://tmp/x.jsonl`` is relative (two slashes): most likely a slash left out."""
+    if uri in _said_relative:
+        return
+    _said_relative.add(uri)
+    scheme = uri.partition("://")[0]
+    logger.warning(
+        "rollout_trace: sink %r names a relative path (two slashes after %s:): it writes "
+        "%s, under the working folder. For an absolute path write three slashes "
+        "(%s:///%s); for a relative one on purpose, write %s://./%s",
+        uri,
+        scheme,
+        os.path.abspath(location),
+        scheme,
+        location,
+        scheme,
+        location,
+    )
 
 
 def uris_from_env() -> list[str]:
@@ -131,6 +186,9 @@ def uris_from_env() -> list[str]:
 # While rollout_trace.testing.capture_events() is active, every tracer that
 # opens writes to the sinks this returns instead of its own.
 capture_override: list[Callable[[], list[tuple[str, Sink]]]] = []
+# Beside each of them: whether that capture_events() is strict, which makes
+# every tracer that opens inside it strict (``TracerConfig.strict``).
+capture_strict: list[bool] = []
 
 
 def build_sinks(

@@ -33,22 +33,25 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from itertools import repeat, starmap
 from operator import itemgetter
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
-from sinks import Sink
+from rollout_trace.sinks import Sink
 
-from .._errors import SinkOpenError, TracerStateError
+from .._errors import EventTagError, InvalidEventError, SinkOpenError, TracerStateError
 from .._internals import peek_count
-from .._schema.events import Event
+from .._schema.encoding import refusal
+from .._schema.events import Event, tag_of
 from .._schema.registry import REGISTRY
 from . import hooks
+from .attempts import Attempt
 from .config import (
     DEFAULT_BATCH,
     DEFAULT_BUFFER,
@@ -69,6 +72,7 @@ from .engine import (
     open_within,
 )
 from .runner import FlushMark
+from .specs import capture_strict
 
 __all__ = ["SyncTracer", "Tracer", "sync_tracer", "tracer"]
 
@@ -94,6 +98,36 @@ def _frozen_event(ev: object) -> TypeError:
         f"emit() cannot stamp the envelope of a frozen event ({type(ev).__qualname__}); "
         "define the event class without frozen=True"
     )
+
+
+def _strictly(plain: Callable[[Event], None]) -> Callable[[Event], None]:
+    """``plain`` emit, first raising for what the writer would refuse (strict mode).
+
+    A separate function, so that a tracer that is not strict pays nothing.
+    """
+    types = REGISTRY.emit_types
+
+    # Named emit, as the plain one is: the SIGTERM hook lets an emit be cut short.
+    def emit(ev: Event) -> None:
+        cls = type(ev)
+        if cls not in types:
+            REGISTRY.emit_type(cls)  # raises for a refused class, or no event class
+        holder = REGISTRY.superseded_by(cls)
+        if holder is not None:
+            raise EventTagError(
+                f"strict mode: event class {cls.__module__}.{cls.__qualname__} was defined "
+                f"again, and its tag {tag_of(cls)!r} is now held by the new class "
+                f"({holder.__module__}.{holder.__qualname__}): its lines would be read back "
+                "as that class. Emit events of the class as it is now defined",
+                tag=tag_of(cls),
+                classes=(holder, cls),
+            )
+        reason = refusal(ev)
+        if reason is not None:
+            raise InvalidEventError(reason, event=ev)
+        plain(ev)
+
+    return emit
 
 
 class EmitReport:
@@ -130,6 +164,15 @@ class EmitReport:
     def new_run(self) -> None:
         """A new run says its own troubles again."""
         self._said.clear()
+
+    def unchosen(self, name: str) -> None:
+        self._once(
+            "unchosen",
+            "rollout_trace: %s left its block without a.seal(), a.refuse(reason) or "
+            "a.drop(); it is recorded as attempt_abandoned(reason='dropped') (reported "
+            "once a run; choose how each try ends)",
+            name,
+        )
 
     def full(self, buffer: int, run_id: str | None) -> None:
         # Said from the emit that dropped first, not from the writer: the
@@ -269,7 +312,6 @@ class _TracerCore:
     ``emit``, the run's queue and writer thread, and the steps of opening,
     flushing and closing, which the facades drive their own way."""
 
-    emit: Callable[[Event], None]
     run_id: str | None
     _run: WriterRun
     _pid: int
@@ -282,15 +324,72 @@ class _TracerCore:
         self._sinks: list[Sink] = []
         self._report = EmitReport()
         self.run_id = None
+        # The open run's: the tracer's own, or that of a strict capture_events().
+        self._strict = config.strict
         if not config.enabled:
-            self.emit = noop_emit
+            self._set_emit(noop_emit)
             return
         self._lock = threading.RLock()
         self._pid = os.getpid()  # the process the tracer's runs are of
         self._behind: WriterRun | None = None  # a run given up as it opened
-        self.emit = self._emit_idle
+        self._set_emit(self._emit_idle)
         self._set_limit = _no_limit
         hooks.track_enabled(self)
+
+    # --- emit and attempt: the calls a controller makes --------------------------
+
+    def emit(self, ev: Event) -> None:
+        """Record ``ev``: stamp its envelope (``time``, ``run_id``) and queue it; O(1).
+
+        Callable from any thread and, for the async tracer, from any task: it
+        never awaits, never blocks and never raises for I/O trouble. An event
+        that cannot be written is counted in ``trace_closed`` (``dropped``:
+        a full buffer, a closed tracer, the close deadline; ``invalid``: a
+        value its field does not allow) and reported once through the
+        ``rollout_trace`` logger. Raises ``TypeError`` at once for anything
+        that is not an ``rt.Event``, ``rt.EventTagError`` for a refused
+        class, and, on a strict tracer, ``rt.InvalidEventError`` for an
+        event it would count invalid. Returns ``None``.
+        """
+        # Each tracer holds its own emit, made for its open run (``_set_emit``),
+        # which shadows this method: this body runs only when called through
+        # the class, as ``rt.Tracer.emit(t, ev)``.
+        self.__dict__["emit"](ev)
+
+    def _set_emit(self, emit: Callable[[Event], None]) -> None:
+        # An instance attribute: one lookup and a direct call on the hot path
+        # (a function on the class is a non-data descriptor, so this wins).
+        self.__dict__["emit"] = emit
+
+    def attempt(
+        self,
+        *,
+        group_id: str,
+        prompt_id: int | str,
+        generation_index: int,
+        attempt: int,
+        weight_version: int,
+    ) -> Attempt:
+        """One try's lifecycle: ``async with t.attempt(...) as a:`` (``with`` on a sync tracer).
+
+        Entering emits ``attempt_dispatched`` with these fields; exactly one
+        end event follows: ``a.seal()``, ``a.refuse(reason)`` or ``a.drop()``
+        as the body chooses, else ``attempt_abandoned`` with reason
+        ``failed`` (an exception) or ``cancelled`` (a cancellation, Ctrl-C),
+        re-raised, or ``dropped`` with a warning when the block is left
+        without a choice. See ``rt.Attempt``.
+        """
+        return Attempt(self, group_id, prompt_id, generation_index, attempt, weight_version)
+
+    def _unchosen(self, name: str) -> None:
+        """An attempt block was left without a choice (recorded as dropped)."""
+        if self._strict:
+            raise TracerStateError(
+                f"{name} left its block without a.seal(), a.refuse(reason) or a.drop(); "
+                "it is recorded as attempt_abandoned(reason='dropped')"
+            )
+        if self._config.enabled:
+            self._report.unchosen(name)
 
     # --- what every tracer shows ----------------------------------------------
 
@@ -394,7 +493,11 @@ class _TracerCore:
             nonlocal limit
             limit = value
 
-        return emit, set_limit
+        # Decided as the run opens: a strict capture_events() around the open counts.
+        self._strict = self._config.strict or bool(capture_strict and capture_strict[-1])
+        chosen: Callable[[Event], None] = _strictly(emit) if self._strict else emit
+        chosen.__doc__ = _TracerCore.emit.__doc__  # what help(t.emit) shows
+        return chosen, set_limit
 
     def _wake(self, run: WriterRun, n: int, urgent: bool, ev: Event) -> None:
         if self._forked(kept=1):
@@ -405,6 +508,13 @@ class _TracerCore:
             return
         if urgent:
             run.urgent = True
+        # The loop that emits is the one our threads must wake (a sync tracer
+        # opened before it, or on another thread, does not know it).
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            held = run.engine.loop
+            if held is None or held() is not loop:
+                run.engine.loop = weakref.ref(loop)
         behind = n > self._config.buffer // 2
         if n > self._config.batch_size and self._starved(run, behind):
             self._hand_over(run, self._switch if behind else 0.0, self._config.buffer // 4)
@@ -549,7 +659,7 @@ class _TracerCore:
         self._state = state
         self.run_id = None
         self._behind = None  # the parent's thread, not this process's
-        self.emit = self._emit_idle
+        self._set_emit(self._emit_idle)
 
     # --- opening ------------------------------------------------------------
 
@@ -564,13 +674,14 @@ class _TracerCore:
         in here (Ctrl-C) undoes it with ``_abort_open``."""
         engine = run.engine
         run.after, self._behind = self._behind, None
-        run.engine.wake_loop = _loop_waker()
+        run.engine.loop = _running_loop()
         self._run = run
         self._pid = engine.pid
         self._switch = sys.getswitchinterval()
         self._report.new_run()
         self.run_id = engine.run_id
-        self.emit, self._set_limit = self._make_emit()
+        emit, self._set_limit = self._make_emit()
+        self._set_emit(emit)
         # Events are queued from now on; the run is "open" once its sinks are.
         self._state = State.OPENING if run.waited else State.OPEN
         thread = threading.Thread(
@@ -632,7 +743,7 @@ class _TracerCore:
             self._report.add_outside(peek_count(run.drops) + queued)
             self._report.quiet("closed")  # this was said already, as the open's failure
             run.queue.clear()
-            self.emit = self._emit_idle
+            self._set_emit(self._emit_idle)
         hooks.untrack(self)
         self._release_marks(run, forget=True)
         return True
@@ -737,7 +848,7 @@ class _TracerCore:
         with self._lock:
             if run is self._run and self._state is State.CLOSING:
                 self._state = State.CLOSED
-                self.emit = self._emit_idle
+                self._set_emit(self._emit_idle)
                 hooks.untrack(self)
         # Nobody waits on a flush of the run in vain; the writer thread, if it
         # ever gets out of its call, still finds the marks in its queue.
@@ -857,8 +968,8 @@ class _TracerCore:
             close = self._drain(run)
             if close is not None:
                 return close
-            if had and any(r.direct for r in run.engine.runners):  # (else their threads do)
-                run.engine.went_idle()
+            if (had and any(r.direct for r in run.engine.runners)) or run.engine.wake_owed:
+                run.engine.went_idle()  # (a sink's own thread says so after its writes)
 
     @staticmethod
     def _fold_drops(run: WriterRun, dropped: int) -> None:
@@ -966,22 +1077,10 @@ class _TracerCore:
         run.reach(mark)
 
 
-def _loop_waker() -> Callable[[], None] | None:
-    """What wakes the asyncio loop running here, if one is (``Engine.went_idle``)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # no asyncio loop in this thread (a thread, trio)
-        return None
-
-    def wake() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed
-            loop.call_soon_threadsafe(_nothing)
-
-    return wake
-
-
-def _nothing() -> None:
-    pass
+def _running_loop() -> weakref.ref[asyncio.AbstractEventLoop] | None:
+    """The asyncio loop running in this thread, if any (``Engine.went_idle``)."""
+    loop = asyncio._get_running_loop()  # None in a thread, or under trio
+    return None if loop is None else weakref.ref(loop)
 
 
 class SyncTracer(_TracerCore):
@@ -1035,6 +1134,15 @@ class SyncTracer(_TracerCore):
 
     def __enter__(self) -> SyncTracer:
         return self.open()
+
+    async def __aenter__(self) -> NoReturn:
+        raise TypeError(
+            "rt.sync_tracer() is a sync tracer: use a plain `with rt.sync_tracer(...)`, "
+            "or `async with rt.tracer(...)` in async code"
+        )
+
+    async def __aexit__(self, *exc_info: object) -> None:  # pragma: no cover - __aenter__ raises
+        return None
 
     def __exit__(
         self,
@@ -1203,6 +1311,7 @@ def tracer(
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
     clock: Callable[[], float] = time.time,
+    strict: bool = False,
 ) -> Tracer:
     """An async tracer writing every event to every sink URI; open it with ``async with``.
 
@@ -1217,7 +1326,13 @@ def tracer(
     ``snapshot_published``, are written at once); ``close_timeout``: one
     deadline for closing, and how long one sink call may take before that
     sink is given up (``math.inf``: no limit); ``clock``: what stamps
-    ``time`` (Unix seconds; ``time.time`` unless a simulation brings its own).
+    ``time`` (Unix seconds; ``time.time`` unless a simulation brings its own);
+    ``strict``: for tests, ``emit`` raises ``rt.InvalidEventError`` for an
+    event it would otherwise count invalid (a field of the wrong type, a NaN)
+    and ``rt.EventTagError`` for a class whose tag another class holds, and an
+    ``attempt`` block left without a choice raises ``rt.TracerStateError``
+    (off, it costs nothing; ``capture_events(strict=True)`` turns it on for
+    every tracer opened inside).
     """
     return Tracer(
         TracerConfig.make(
@@ -1229,6 +1344,7 @@ def tracer(
             flush_interval=flush_interval,
             close_timeout=close_timeout,
             clock=clock,
+            strict=strict,
         )
     )
 
@@ -1242,6 +1358,7 @@ def sync_tracer(
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
     clock: Callable[[], float] = time.time,
+    strict: bool = False,
 ) -> SyncTracer:
     """A tracer for threads, sync code and Ray actors, with one writer thread.
 
@@ -1262,5 +1379,6 @@ def sync_tracer(
             flush_interval=flush_interval,
             close_timeout=close_timeout,
             clock=clock,
+            strict=strict,
         )
     )

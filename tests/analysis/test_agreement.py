@@ -10,8 +10,8 @@ run) the commands are run here, in this process, and must agree on:
 - tries in flight: watch's per run, and the attempts table's open tries
   (none in a run a later run was restored from, as watch documents);
 - stop figures: cost's in_flight, resumed, restarted and redone per stop, the
-  attempts table's rows with that fate and stop number, and the timeline's
-  marks of them.
+  attempts table's rows with that fate and stop number (with their lost_s
+  adding up to the stop's time figures), and the timeline's marks of them.
 
 Before the one model, report and watch disagreed on stalls in about a
 quarter of these sets (a try resumed or dispatched again while open was a
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import random
 import re
 from collections import Counter
@@ -213,7 +214,7 @@ def test_in_flight_agrees(got: Outputs) -> None:
 
 # --- stop figures ----------------------------------------------------------------------
 
-_FATE = re.compile(r"^(resumed|restarted) by run \d+ at stop (\d+) ")
+_FATE = re.compile(r"^(resumed|restarted) by run \d+ at stop (\d+) \((in flight|sealed) ")
 _REDONE = re.compile(r" at stop (\d+) was captured")
 
 
@@ -226,6 +227,8 @@ def _timeline_fates(timeline: dict[str, Any]) -> Counter[tuple[str, int]]:
             m = _FATE.match(args["after_stop"])
             assert m, args["after_stop"]
             found[m.group(1), int(m.group(2))] += 1
+            # Only a resumed try may have been sealed before the stop (after the capture).
+            assert m.group(3) == "in flight" or m.group(1) == "resumed"
         if "redone" in args:
             m = _REDONE.search(args["redone"])
             assert m, args["redone"]
@@ -255,10 +258,27 @@ def test_stop_figures_agree(got: Outputs) -> None:
         if stop["stopped_run"] is None:
             assert not any(marked.values())
             continue
-        assert stop["in_flight"] == marked["resumed"] + marked["restarted"]
-        assert stop["resumed"] == marked["resumed"]
+        mine = [r for r in got.rows if r["stop"] == str(number)]
+        open_marked = sum(1 for r in mine if r["ended_at"] == "")
+        assert stop["in_flight"] == open_marked
         assert stop["restarted"] == marked["restarted"]
-        assert (stop["redone"] or 0) == marked["redone"]
+        assert all(r["ended_at"] == "" for r in mine if r["fate"] == "restarted")
+        assert all(r["outcome"] == "sealed" for r in mine if r["fate"] == "redone")
+        if stop["captured_at"] is None:
+            # Only the open siblings are classed; the figures that need C are null.
+            assert stop["resumed"] is None and stop["redone"] is None
+            assert not marked["redone"] and open_marked == len(mine)
+        else:
+            assert stop["resumed"] == marked["resumed"]
+            assert stop["redone"] == marked["redone"]
+            for fate, figure in (
+                ("resumed", "resumed_s"),
+                ("restarted", "thrown_away_s"),
+                ("redone", "redone_s"),
+            ):
+                lost = [float(r["lost_s"]) for r in mine if r["fate"] == fate]
+                if stop[figure] is not None:
+                    assert stop[figure] == pytest.approx(math.fsum(lost)), figure
         if number in instants:
             args = instants[number]
             for figure in ("in_flight", "resumed", "restarted", "redone"):

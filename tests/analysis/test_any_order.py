@@ -7,6 +7,7 @@ notes, and figures that overflow.
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -65,13 +66,22 @@ def _long_stop() -> tuple[list[rt.Event], list[rt.Event]]:
 def _expected(a: list[rt.Event]) -> dict[str, Any]:
     stop_time = a[-1].time
     starts = {ev.prompt_id: ev.time for ev in a if isinstance(ev, rt.AttemptDispatched)}
+    seals = {ev.prompt_id: ev.time for ev in a if isinstance(ev, rt.AttemptSealed)}
+    path = f"/s/{SIBLINGS // 1000 - 2}"
+    [c] = [ev.captured_at for ev in a if isinstance(ev, rt.SnapshotPublished) and ev.path == path]
     open_ = [i for i in range(9, SIBLINGS, 10)]
     restarted = [i for i in open_ if (i - 9) % 20 != 0]
+    resumed = [i for i in open_ if (i - 9) % 20 == 0]
+    # Sealed after the capture and not resumed (B resumes open tries only): redone.
+    redone = [i for i, t in seals.items() if t > c]
     return {
         "in_flight": len(open_),
-        "resumed": len(open_) - len(restarted),
+        "resumed": len(resumed),
+        "resumed_s": math.fsum(stop_time - max(starts[i], c) for i in resumed),
         "restarted": len(restarted),
-        "thrown_away_s": sum(stop_time - starts[i] for i in restarted),
+        "thrown_away_s": math.fsum(stop_time - starts[i] for i in restarted),
+        "redone": len(redone),
+        "redone_s": math.fsum(seals[i] - starts[i] for i in redone),
     }
 
 

@@ -46,6 +46,7 @@ def test_cost_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "captured_at": 150.0,
             "in_flight": 1,
             "resumed": 0,
+            "resumed_s": 0.0,
             "restarted": 1,
             "thrown_away_s": 10.0,
             "redone": 1,
@@ -76,7 +77,7 @@ def test_cost_unknown_figure_exits_1_with_reason(
     doc = json.loads(capsys.readouterr().out)
     assert doc["stops"][0]["captured_at"] is None
     figures = {r["figure"] for r in doc["reasons"]}
-    assert figures == {"captured_at", "redone", "redone_s", "lost_s"}
+    assert figures == {"captured_at", "resumed", "resumed_s", "redone", "redone_s", "lost_s"}
 
 
 @pytest.mark.parametrize(
@@ -103,18 +104,17 @@ def test_help_has_an_example(command: str, capsys: pytest.CaptureFixture[str]) -
     assert f"rollout-trace {command} " in out.split("examples:")[1]
 
 
-def test_cost_help_points_at_the_readme_figure_definitions(
+def test_cost_help_points_at_the_docs_figure_definitions(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["cost", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "README, section Reference > Restore-cost figures" in " ".join(out.split())
+    assert "docs, Reference > Restore-cost figures" in " ".join(out.split())
     assert "SPEC" not in out
-    # The section it names is there, under Reference, and defines every figure.
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    reference = readme[readme.index("\n## Reference\n") :]
-    section = reference[reference.index("\n### Restore-cost figures\n") :]
-    section = section[: section.index("\n### ", 1)]
+    # The section it names is there, in the docs' Reference, and defines every figure.
+    reference = (Path(__file__).parents[2] / "docs" / "reference.md").read_text(encoding="utf-8")
+    section = reference[reference.index("\n## Restore-cost figures\n") :]
+    section = section[: section.index("\n## ", 1)]
     for figure in FIGURES:
         assert f"| `{figure}` |" in section, figure
 
@@ -128,7 +128,7 @@ def test_no_help_text_names_a_file_users_do_not_have(
     assert main([*command, "--help"]) == 0
     out = capsys.readouterr().out
     assert "SPEC" not in out
-    assert "README" in out or command in (["summary"], ["timeline"], ["demo"])
+    assert "the docs" in out or command in (["summary"], ["timeline"], ["demo"])
 
 
 def test_summary_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -173,7 +173,8 @@ def test_summary_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 def test_shipped_example(capsys: pytest.CaptureFixture[str]) -> None:
     # tests/data/make_example.py's plan: a killed run with two tries open (one
-    # resumed, one restarted), 13 seals after the snapshot's capture, step 4 lost.
+    # resumed, one restarted), 13 seals after the snapshot's capture (none of
+    # them resumed, so redone), step 4 lost.
     folder = Path(__file__).parents[1] / "data" / "example"
     assert main(["cost", str(folder), "--json"]) == 0
     [stop] = json.loads(capsys.readouterr().out)["stops"]
@@ -181,7 +182,9 @@ def test_shipped_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert counts == {"in_flight": 2, "resumed": 1, "restarted": 1, "redone": 13, "lost_steps": 1}
     assert stop["downtime_s"] == pytest.approx(40.0)
     assert stop["restore_s"] == pytest.approx(6.5)
-    assert stop["lost_s"] == pytest.approx(stop["thrown_away_s"] + stop["redone_s"])
+    assert stop["lost_s"] == pytest.approx(
+        stop["resumed_s"] + stop["thrown_away_s"] + stop["redone_s"]
+    )
     assert main(["validate", str(folder)]) == 0
 
 

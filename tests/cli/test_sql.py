@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from scenario import disp, make_run, seal, step
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
@@ -116,3 +117,27 @@ def test_analyze_answers_what_every_command_does() -> None:
     assert ts.to_arrow("tries").num_rows == len(ts.attempts())
     with pytest.raises(ValueError, match="no table 'trys': the tables are events, tries"):
         ts.to_arrow("trys")
+
+
+def test_the_steps_view_has_the_version_the_report_judges_lag_by(tmp_path: Path) -> None:
+    # One run with no weights_synced: its steps take the version it started with,
+    # its first dispatch's (3), as report's staleness does; one after a sync, that.
+    first = rt.AttemptDispatched(
+        group_id="g", prompt_id=1, generation_index=0, attempt=0, weight_version=3
+    )
+    run = make_run(
+        1,
+        100.0,
+        [
+            (101.0, first),
+            (102.0, disp(2, 0)),
+            (103.0, seal(2, 0)),
+            (104.0, step(1)),
+            (105.0, rt.WeightsSynced(weight_version=4)),
+            (106.0, step(2)),
+        ],
+    )
+    ts = rt.analyze(run)
+    steps = ts.to_arrow("steps").to_pylist()
+    assert [(s["step"], s["weight_version"]) for s in steps] == [(1, 3), (2, 4)]
+    assert [s.weight_version for s in ts.health().runs[0].staleness.steps] == [3, 4]

@@ -220,6 +220,34 @@ def test_a_stopped_run_has_nothing_in_flight_and_a_closed_one_shows_its_phantoms
     assert "open_at_close" in out and "open_too_long" not in out
 
 
+def test_the_last_stop_line_counts_the_classes_cost_counts(tmp_path: Path) -> None:
+    # The worked example (C = 100, stop at 130): two tries open at the stop, one
+    # resumed and one restarted; one sealed after the capture and resumed, one
+    # sealed after it and redone; 93 s lost in all.
+    a = make_run(
+        1,
+        50.0,
+        [
+            (90.0, disp(1, 0)),
+            (92.0, disp(4, 0)),
+            (95.0, disp(2, 0)),
+            (101.0, snapshot(3, "/s/3", captured_at=100.0)),
+            (105.0, disp(3, 0)),
+            (110.0, seal(2, 0)),
+            (120.0, seal(3, 0)),
+            (130.0, step(1)),
+        ],
+    )
+    b = make_run(2, 140.0, [(150.0, restore("/s/3", 3)), (151.0, resume(1, 0)),
+                            (152.0, resume(2, 0)), (153.0, restored(3))])  # fmt: skip
+    write(tmp_path / "a.jsonl", a)
+    write(tmp_path / "b.jsonl", b)
+    view = LiveView([str(tmp_path)], 600.0)
+    view.poll()
+    [line] = [x for x in frame(view, 200.0).splitlines() if x.startswith("last stop:")]
+    assert line.endswith("in flight 2; resumed 2, restarted 1, redone 1; lost 93.0 s"), line
+
+
 def test_bad_lines_are_counted_before_any_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

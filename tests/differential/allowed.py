@@ -1,4 +1,4 @@
-"""The intended differences between the base and the new version (issue #26), one flag each.
+"""The intended differences between the base and the new version (issues #26, #27), one flag each.
 
 Expected output is the base's own, byte for byte, but where a flag below is
 on: then the part of it that the change is meant to alter is computed from
@@ -11,13 +11,28 @@ every flag off, the base against itself must be byte-identical.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from differential.capture import Masks, masks_for, note_line
 from differential.outputs import gzip_damaged_files, superseded
 
-__all__ = ["D1", "D2", "D3", "D4", "CLOCK", "AsRead", "Expected", "Outcome", "expectations"]
+__all__ = [
+    "D1",
+    "D2",
+    "D3",
+    "D4",
+    "D5",
+    "D6",
+    "CLOCK",
+    "AsRead",
+    "Expected",
+    "Outcome",
+    "expectations",
+    "masked",
+]
 
 # D1 (report stalls): a superseded try (its attempt started again with no end
 # between: in the base's attempts CSV an `unended` row with no ended_at and a
@@ -47,6 +62,22 @@ D3 = True
 # differ anywhere, and is only checked to run and to exit alike (and noted):
 # with the exit status D1 and D2 give, if on.
 D4 = True
+# D5 (issue #27: the restore cost judged against the capture): a sibling of a
+# stopped run is judged by its last try there against the time C the restored
+# state was captured, so the class figures (resumed, resumed_s, redone,
+# redone_s, lost_s), a try's fate where it may be resumed or redone, the notes
+# that follow the classes, and the staleness of runs that trained before any
+# weights_synced differ by definition; where a restored run starts a sibling
+# whose seal the restored state holds, so do report's tries and the
+# timeline's flows. Those parts are left out of both outputs before they are
+# compared (``capture``, which also says how each trigger is read off the
+# base's own outputs); the rest is compared as before.
+D5 = True
+# D6 (issue #30: validate gives a file that is no trace one verdict): a file
+# none of whose lines is an event gets one finding, the base's "not a trace"
+# one with the first of the base's findings of its lines appended ("; line N:
+# reason"), in place of those findings; the verdict counts the findings left.
+D6 = True
 
 # The wall clock watch is run with, in both versions.
 CLOCK = 2_000_000_000.0
@@ -68,11 +99,13 @@ class Outcome:
 class Expected:
     """What the new version should give for one request, and how it is compared:
     ``exact``; ``watch`` (stalls of equal age in any order, ``outputs.canonical_watch``);
-    ``loose`` (only that it ran and exited alike). ``why`` names the differences applied."""
+    ``loose`` (only that it ran and exited alike). ``why`` names the differences applied;
+    ``d5`` what D5 leaves out of both outputs (``masked``)."""
 
     outcome: Outcome
     mode: str = "exact"
     why: list[str] = field(default_factory=list)
+    d5: Masks | None = None
 
 
 Render = Callable[[dict[str, Any]], dict[str, Any]]
@@ -165,12 +198,113 @@ def expectations(
         _check(got)
         e.outcome.out = got["out"]
         e.outcome.rc = got["rc"]
+    if D5:
+        attempts = base["attempts"].files.get("a.csv", b"") if "attempts" in base else b""
+        masks = masks_for(
+            _doc(base["cost-json"].out) if "cost-json" in base else None,
+            _doc(base["report-json"].out),
+            attempts.decode(errors="replace"),
+        )
+        for name, e in exp.items():
+            e.d5 = masks
+            if name in _D5_OUT or name in _D5_FILES or name == "watch":
+                e.why.append("D5")
+    if D6 and "validate" in exp:
+        e = exp["validate"]
+        out = _one_verdict_per_file(e.outcome.out)
+        if out != e.outcome.out:
+            e.outcome.out = out
+            e.why.append("D6")
     if D4 and conflicts:
         # Exit statuses stay as D1 and D2 have them; the rest may differ.
         for e in exp.values():
             e.mode = "loose"
             e.why.append("D4")
     return exp
+
+
+# A line of validate's: "FILE[:LINE]: SEVERITY: REASON".
+_FINDING = re.compile(r"^(.+?)(?::(\d+))?: (error|warning|note): (.*)$")
+_COUNTS = re.compile(r"\d+ error\(s\), \d+ warning\(s\)(, \d+ note\(s\))?$")
+
+
+def _one_verdict_per_file(out: str) -> str:
+    """D6: the base's validate output with each file that is no trace judged once."""
+    *findings, verdict = out.rstrip("\n").split("\n")
+    parsed = [_FINDING.match(f) for f in findings]
+    no_trace = {
+        m.group(1)
+        for m in parsed
+        if m and m.group(2) is None and m.group(4).startswith("not a trace: none of its ")
+    }
+    if not no_trace:
+        return out
+    first: dict[str, tuple[str, str]] = {}
+    kept: list[tuple[str, str]] = []  # (severity, line)
+    for f, m in zip(findings, parsed, strict=True):
+        if m is None:
+            kept.append(("", f))
+        elif m.group(1) in no_trace and m.group(2) is not None:
+            first.setdefault(m.group(1), (m.group(2), m.group(4)))
+        elif m.group(1) in no_trace and m.group(2) is None and m.group(1) in first:
+            line, reason = first[m.group(1)]
+            kept.append((m.group(3), f"{f}; line {line}: {reason}"))
+        else:
+            kept.append((m.group(3), f))
+    severities = [sev for sev, _ in kept]
+    counts = f"{severities.count('error')} error(s), {severities.count('warning')} warning(s)"
+    if severities.count("note"):
+        counts += f", {severities.count('note')} note(s)"
+    verdict = _COUNTS.sub(counts, verdict)
+    return "\n".join([*(f for _, f in kept), verdict]) + "\n"
+
+
+def _doc(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+# Which of D5's masks each request's standard output, and its files, take.
+_D5_OUT: dict[str, Callable[[Masks, str], str]] = {
+    "cost-json": Masks.cost_json,
+    "cost-jobs2-json": Masks.cost_json,
+    "cost": Masks.cost_text,
+    "api-restore_costs": Masks.stop_costs,
+    "api-attempts": Masks.attempts_json,
+    "api-timeline_document": Masks.document,
+    "report-json": Masks.report_json,
+    "api-health_report": Masks.report_json,
+    "report": Masks.report_text,
+    "watch": Masks.watch,
+}
+_D5_FILES: dict[str, Callable[[Masks, bytes], bytes]] = {
+    "a.csv": Masks.attempts_csv,
+    "t.json": lambda m, data: Masks.document(m, data.decode()).encode(),
+}
+_D5_COST = ("cost-json", "cost-jobs2-json", "cost")
+
+
+def masked(exp: Expected, name: str, what: str, value: Any) -> Any:
+    """``value`` (a request's ``out``, ``err``, or the bytes of its file ``what``) with
+    what D5 leaves out of it taken out; as it is where D5 is off. ``what`` is ``rc``
+    for the exit status: None where D5 frees it."""
+    m = exp.d5
+    if m is None:
+        return value
+    if what == "rc":
+        return None if name in _D5_COST and m.free_rc else value
+    if what == "out":
+        mask = _D5_OUT.get(name)
+        return value if mask is None else mask(m, value)
+    if what == "err":
+        kept = "\n".join(line for line in value.split("\n") if not note_line(line))
+        # The document's size follows its words for what the stops did; the document
+        # itself is compared, masked.
+        return re.sub(r", [\d,]+ bytes\)", ", <D5> bytes)", kept) if name == "timeline" else kept
+    fmask = _D5_FILES.get(what)
+    return value if fmask is None else fmask(m, value)
 
 
 def _superseded(base: dict[str, Outcome]) -> tuple[list[list[Any]], bool]:

@@ -11,6 +11,7 @@ differences (``allowed``), each computed from the base's own answers.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -18,12 +19,13 @@ from pathlib import Path
 import msgspec
 import pytest
 from differential import allowed
+from differential.capture import Masks
 from differential.harness import case_set, describe, run_case
 from differential.layouts import LAYOUTS
 from differential.outputs import superseded
 from differential.sets import AnyEvent, has_conflicts
 from differential.versions import Driver
-from scenario import disp, resume, seal
+from scenario import disp, make_run, restore, restored, resume, seal, snapshot, step
 
 import rollout_trace as rt
 
@@ -174,7 +176,7 @@ def test_with_every_flag_off_the_base_is_itself(
     versions: tuple[Driver, Driver], tmp_path: Path
 ) -> None:
     base, _ = versions
-    if allowed.D1 or allowed.D2 or allowed.D3 or allowed.D4:
+    if allowed.D1 or allowed.D2 or allowed.D3 or allowed.D4 or allowed.D5 or allowed.D6:
         pytest.skip("a flag is on: the base is no longer what the new version must give")
     for seed in (3, 11):
         found = run_case(seed, tmp_path / f"self-{seed}", base, base)
@@ -197,3 +199,94 @@ def test_d3_orders_summary_and_watch_as_the_report(
     found = run_case(1, tmp_path / "d3", base, base, runs=[issue, twin])
     assert {d.request for d in found} <= {"summary-json", "summary", "watch"}
     assert found, "the layouts read the runs in both orders; some must differ from the report's"
+
+
+def _worked_example() -> list[list[AnyEvent]]:
+    """Issue #27's example (C = 100, stop at 130), a step trained before any sync, and a
+    sibling whose seal the restored state holds tried again after the restore."""
+    a = make_run(
+        1,
+        50.0,
+        [
+            (80.0, disp(5, 0)),
+            (90.0, disp(1, 0)),
+            (92.0, disp(4, 0)),
+            (95.0, disp(2, 0)),
+            (99.0, seal(5, 0)),
+            (101.0, snapshot(3, "/s/3", captured_at=100.0)),
+            (105.0, disp(3, 0)),
+            (110.0, seal(2, 0)),
+            (120.0, seal(3, 0)),
+            (125.0, rt.StepTrained(step=3, group_ids=["grp-5"])),
+            (130.0, rt.WeightsSynced(weight_version=2)),
+        ],
+    )
+    b = make_run(
+        2,
+        140.0,
+        [
+            (150.0, restore("/s/3", 3)),
+            (151.0, resume(1, 0)),
+            (152.0, resume(2, 0)),
+            (153.0, restored(3)),
+            # Sibling 5, sealed at 99 before the capture, tried again: a new use.
+            (155.0, disp(5, 0)),
+            (158.0, seal(5, 0)),
+            (160.0, step(4)),
+        ],
+    )
+    return [a, b]
+
+
+# What D5 lets differ in the worked example: the class figures (cost and its
+# public call, the timeline's stop and tries), the fates, watch's last stop.
+_D5_REQUESTS = {
+    "cost-json",
+    "cost-jobs2-json",
+    "cost",
+    "api-restore_costs",
+    "attempts",
+    "api-attempts",
+    "timeline",
+    "api-timeline_document",
+    "watch",
+    "report-json",
+    "report",
+    "api-health_report",
+}
+
+
+def test_d5_is_what_lets_the_issues_example_through(
+    versions: tuple[Driver, Driver], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Against the base, the example differs where D5 says, and only there: with
+    # D5 off the class figures, fates and staleness differ; with it on, nothing.
+    base, new = versions
+    runs = _worked_example()
+    monkeypatch.setattr(allowed, "D5", False)
+    found = run_case(0, tmp_path / "off", base, new, runs=runs)
+    changed = {d.request for d in found}
+    assert {"cost-json", "cost", "attempts", "timeline", "watch", "report"} <= changed
+    assert changed <= _D5_REQUESTS, sorted(changed)
+    monkeypatch.setattr(allowed, "D5", True)
+    found = run_case(0, tmp_path / "on", base, new, runs=runs)
+    assert not found, describe(0, tmp_path / "on", found)
+
+
+def test_d5_leaves_out_only_what_changed_by_definition() -> None:
+    # The masks take out the class figures, never the ones whose definition stayed.
+    def cost(**figures: object) -> str:
+        stop = {"in_flight": 2, "restarted": 1, "thrown_away_s": 38.0, "resumed": 2}
+        return json.dumps({"stops": [stop | figures], "reasons": [], "notes": []})
+
+    m = Masks()
+    assert m.cost_json(cost(resumed=0, redone=3)) == m.cost_json(cost(resumed_s=40.0))
+    assert m.cost_json(cost(thrown_away_s=39.0)) != m.cost_json(cost())
+    assert m.cost_json(cost(restarted=2)) != m.cost_json(cost())
+    row = "run,fate,stop\n1,{},{}\n"
+    assert m.attempts_csv(row.format("redone", 1).encode()) == m.attempts_csv(
+        row.format("resumed", 1).encode()
+    )
+    assert m.attempts_csv(row.format("restarted", 1).encode()) != m.attempts_csv(
+        row.format("", 0).encode()
+    )

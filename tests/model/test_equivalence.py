@@ -67,6 +67,7 @@ SHARED = (
     "resumed_turn",
     "fate",
     "stop",
+    "lost_s",
 )
 
 

@@ -142,6 +142,53 @@ CASES: dict[str, tuple[list[Run], dict[str, Any]]] = {
         ],
         {"lags": [(2, 0, 1.0, 1.0)], "set_tries": {"2": 2}},
     ),
+    # No weights_synced in the run: a step is judged against the version the run
+    # started with, its first dispatch's (3): lag 0 (it was unknown).
+    "no_sync_the_first_dispatch_gives_the_version": (
+        [Run([(1.0, d(1, 0, 3, "G")), (2.0, sealed(1, 0, "G")), (3.0, trained(1, "G"))])],
+        {"lags": [(1, 0, 0.0, 0.0)], "set_tries": {"1": 1}},
+    ),
+    # A restored run with no weights_synced starts with the version of the state
+    # it restored: A's latest sync at or before the capture (1), not the one A
+    # synced after it (2), nor B's first dispatch's (5). B trains G: lag 0.
+    "no_sync_after_a_restore_the_restored_version": (
+        [
+            Run(
+                [
+                    (1.0, synced(1)),
+                    (2.0, d(1, 0, 1, "G")),
+                    (3.0, sealed(1, 0, "G")),
+                    (4.0, SNAP),
+                    (5.0, synced(2)),
+                ]
+            ),
+            Run([*RESTORE, (103.0, d(2, 0, 5, "H")), (104.0, trained(1, "G"))], closed_at=105.0),
+        ],
+        {"lags": [(0, 0, None, None), (1, 0, 0.0, 0.0)], "set_tries": {"1": 1, "unsealed": 1}},
+    ),
+    # A sealed the sibling at 3, before the capture at 3.5: the restored state
+    # holds it, so B trying it again begins a new use (it was one use, 2 tries).
+    "a_seal_the_restored_state_holds_ends_its_use": (
+        [
+            Run([(1.0, d(1, 0, 1, "G")), (3.0, sealed(1, 0, "G")), (4.0, SNAP)]),
+            Run([*RESTORE, (103.0, d(1, 0, 1, "G")), (104.0, sealed(1, 0, "G"))], closed_at=105.0),
+        ],
+        {"run_tries": [{"1": 1}, {"1": 1}], "set_tries": {"1": 2}},
+    ),
+    # Sealed at 3.8, after the capture (3.5 here): B does it again, the same use.
+    "a_seal_after_the_capture_is_redone_in_the_same_use": (
+        [
+            Run(
+                [
+                    (1.0, d(1, 0, 1, "G")),
+                    (3.8, sealed(1, 0, "G")),
+                    (4.0, SNAP),
+                ]
+            ),
+            Run([*RESTORE, (103.0, d(1, 0, 1, "G")), (104.0, sealed(1, 0, "G"))], closed_at=105.0),
+        ],
+        {"run_tries": [{}, {"2": 1}], "set_tries": {"2": 1}},
+    ),
     # A group named twice in one step is trained once; a group with no seal
     # anywhere is counted as missing.
     "group_named_twice_and_one_missing": (

@@ -59,6 +59,44 @@ def test_rows_say_what_each_try_did_and_what_the_stop_did_to_it(tmp_path: Path) 
     assert {r.run_id for r in rows if r.run == 1} != {r.run_id for r in rows if r.run == 2}
 
 
+def test_a_resumed_try_sealed_after_the_capture_is_marked_with_its_lost_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A seals sibling 5 at 14, after the capture at 12.5; B resumes it from the
+    # captured turns: fate resumed (not redone), losing 12.5 to 14. Sibling 6,
+    # open at the stop and not resumed, is restarted: 13 to the stop at 15.
+    a = Run(
+        [
+            (10.0, d(5, 0, 2, "g5")),
+            (13.0, d(6, 0, 2, "g6")),
+            (13.5, rt.SnapshotPublished(step=1, path="/s/1", captured_at=12.5)),
+            (14.0, sealed(5, 0, "g5")),
+            (15.0, synced(3)),
+        ]
+    )
+    b = Run(
+        [
+            (20.0, rt.RestoreStarted(path="/s/1", step=1)),
+            (21.0, rt.AttemptResumed(group_id="g5", prompt_id=5, generation_index=0, attempt=0,
+                                     turn=2)),
+            (22.0, rt.RestoreFinished(step=1, unfinished_groups=["g5"])),
+        ]
+    )  # fmt: skip
+    files = write_runs(tmp_path / "set", [a, b])
+    out = tmp_path / "attempts.csv"
+    assert main(["attempts", *map(str, files), "-o", str(out)]) == 0
+    with out.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0])[-3:] == ["fate", "stop", "lost_s"]
+    assert [(r["run"], r["prompt_id"], r["fate"], r["stop"], r["lost_s"]) for r in rows] == [
+        ("1", "5", "resumed", "1", "1.5"),
+        ("1", "6", "restarted", "1", "2.0"),
+        ("2", "5", "", "0", ""),
+    ]
+    [stop] = rt.restore_costs(rt.read(files))
+    assert (stop.resumed, stop.resumed_s, stop.redone, stop.lost_s) == (1, 1.5, 0, 3.5)
+
+
 def test_csv_has_a_row_per_attempt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = write_runs(tmp_path / "set", [Run(KNOWN)])
     out = tmp_path / "attempts.csv"

@@ -19,8 +19,8 @@ from writing.harness import child_env
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
-from sinks import JsonlSink
-from sinks.jsonl import segment_path
+from rollout_trace.sinks import JsonlSink
+from rollout_trace.sinks.jsonl import segment_path
 
 
 def _line(i: int) -> bytes:
@@ -353,3 +353,18 @@ def test_a_take_back_cuts_the_file_written_not_the_one_now_at_its_path(
     sink.close()
     assert path.read_bytes() == theirs
     assert moved.read_bytes() == before
+
+
+@pytest.mark.parametrize("under", ["t.jsonl", "sub/t.jsonl"])
+def test_a_path_under_a_file_says_not_a_directory(tmp_path: Path, under: str) -> None:
+    # As /etc/passwd/trace.jsonl would: the file in the way is named, and
+    # the open does not say "File exists" of a file it never meant to make.
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    with pytest.raises(rt.SinkOpenError) as info, rt.sync_tracer(f"{blocker}/{under}"):
+        pass
+    message = str(info.value)
+    assert "Not a directory" in message and "File exists" not in message, message
+    assert f"{str(blocker)!r} is a file" in message
+    assert isinstance(info.value.__cause__, NotADirectoryError)
+    assert blocker.read_text() == "x" and sorted(tmp_path.iterdir()) == [blocker]

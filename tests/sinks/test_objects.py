@@ -24,16 +24,16 @@ from typing import Any
 
 import fsspec
 import pytest
+from rollout_trace.sinks_objects import AzureSink, GcsSink, S3Sink
 from s3server import BUCKET, S3Server
 from tracecheck import check_runs, only_run
 from writing.harness import DRIVERS, Driver, Handle
 
 import rollout_trace as rt
-import sinks.objects
 from rollout_trace._writing import specs
 from rollout_trace._writing.specs import parse_uri
-from sinks import MemorySink
-from sinks.objects import AzureSink, GcsSink, S3Sink
+from rollout_trace.sinks import MemorySink
+from rollout_trace.sinks import objects as sinks_objects
 
 LIFECYCLE = ("trace_opened", "trace_closed")
 # The async tracer (asyncio) and the sync tracer: one sink's thread, or the
@@ -421,7 +421,7 @@ def test_more_staged_than_the_sink_holds_stops_it_with_honest_counts(
 ) -> None:
     # A long outage of a busy run: past 20 kB staged (256 MB in earnest),
     # the sink stops rather than hold more.
-    monkeypatch.setattr(sinks.objects, "_MAX_STAGED", 20_000)
+    monkeypatch.setattr(sinks_objects, "_MAX_STAGED", 20_000)
     uri = f"s3://{BUCKET}/{prefix}/t.jsonl"
 
     async def scenario(h: Handle) -> tuple[bool, bool]:
@@ -497,7 +497,7 @@ def test_an_upload_just_before_the_sink_stops_counts_as_written(
 ) -> None:
     # Segments of 20 kB (about 150 events): one call uploads several.
     if limit == "max_staged":
-        monkeypatch.setattr(sinks.objects, "_MAX_STAGED", 60_000)
+        monkeypatch.setattr(sinks_objects, "_MAX_STAGED", 60_000)
     uri = f"s3://{BUCKET}/{prefix}/t.jsonl?rotate_mb=0.02{options}"
     s3.proxy.puts = 0  # every upload fails (the connection is cut)
 
@@ -839,7 +839,7 @@ def test_a_stop_waiting_for_the_next_call_is_the_reason_given_for_what_is_staged
     # second refused, returns (the upload counts) and keeps the refusal for
     # its next call; until then it is why the rest is staged, as the tracer
     # says when its close deadline comes first.
-    sink = sinks.objects.S3Sink(f"{BUCKET}/{prefix}/t.jsonl", {"rotate_mb": "0.02"})
+    sink = sinks_objects.S3Sink(f"{BUCKET}/{prefix}/t.jsonl", {"rotate_mb": "0.02"})
     sink.open()
     s3.proxy.puts = 1  # one upload gets through, the next is refused
     s3.proxy.refuse_puts = True

@@ -28,14 +28,14 @@ import msgspec
 import pytest
 from forward_proxy import Proxy
 from otlp_receiver import Receiver
+from rollout_trace.sinks_otlp import OtlpExportError, OtlpHttpSink, OtlpHttpsSink
 from samples import dispatched
 from writing.harness import DRIVERS, IDS, Driver, Handle
 
 import rollout_trace as rt
-import sinks.otlp
 from rollout_trace._writing.specs import parse_uri
-from sinks import MemorySink
-from sinks.otlp import OtlpExportError, OtlpHttpSink, OtlpHttpsSink
+from rollout_trace.sinks import MemorySink
+from rollout_trace.sinks import otlp as sinks_otlp
 
 RUN = "0123456789abcdef0123456789abcdef"
 LIFECYCLE = ("trace_opened", "trace_closed")
@@ -301,7 +301,7 @@ def test_each_run_of_a_write_has_its_own_resource(
 def test_a_large_write_goes_in_several_requests_of_whole_lines(
     receiver: Receiver, monkeypatch: pytest.MonkeyPatch, make: Callable[..., OtlpHttpSink]
 ) -> None:
-    monkeypatch.setattr(sinks.otlp, "REQUEST_BYTES", 10_000)
+    monkeypatch.setattr(sinks_otlp, "REQUEST_BYTES", 10_000)
     data = b"".join(
         _line(event="x", time=1.5, run_id=RUN, seq=i, pad="p" * 50) for i in range(1000)
     )
@@ -581,9 +581,9 @@ def test_without_opentelemetry_proto_the_error_names_the_extra(
 
 def test_without_urllib3_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "urllib3", None)
-    monkeypatch.delitem(sys.modules, "sinks.otlp")
+    monkeypatch.delitem(sys.modules, "sinks_otlp")
     with pytest.raises(ImportError, match=r"pip install 'rollout-trace\[otlp\]'"):
-        importlib.import_module("sinks.otlp")
+        importlib.import_module("sinks_otlp")
 
 
 def test_both_schemes_are_registered() -> None:
@@ -646,7 +646,7 @@ def test_a_refused_connection_is_reported_as_refused_however_loaded_the_machine(
     """The second try's thread stalls past the deadline before it connects, and its
     connection then is refused (or times out): the error still names the refusal."""
     clock = _Stalling()
-    monkeypatch.setattr(sinks.otlp, "time", clock)
+    monkeypatch.setattr(sinks_otlp, "time", clock)
     lookups: list[str] = []
     real = socket.getaddrinfo
 
@@ -928,7 +928,7 @@ def test_timeout_s_is_a_deadline_for_each_request_of_a_write(
         _line(event="x", time=1.5, run_id=RUN, seq=i, pad="p" * (9 - len(str(i))))
         for i in range(100 * requests)
     ]
-    monkeypatch.setattr(sinks.otlp, "REQUEST_BYTES", 100 * len(lines[0]))
+    monkeypatch.setattr(sinks_otlp, "REQUEST_BYTES", 100 * len(lines[0]))
     data = b"".join(lines)
     receiver.delay = delay
     make(receiver.location, {"timeout_s": timeout_s}).write(data)
@@ -947,7 +947,7 @@ def test_a_slow_collector_is_not_given_up_after_a_burst(
     # burst of 1000 events is a dozen. Its queued batches are gathered into
     # writes of at most max_write (one request, within timeout_s each), not
     # into one of them all (over 2 s: past close_timeout, given up as hung).
-    monkeypatch.setattr(sinks.otlp, "REQUEST_BYTES", 20_000)
+    monkeypatch.setattr(sinks_otlp, "REQUEST_BYTES", 20_000)
     monkeypatch.setattr(OtlpHttpSink, "max_write", 20_000)
     receiver.delay = 0.2
 

@@ -19,7 +19,7 @@ from tracecheck import only_run
 from writing.harness import DRIVERS, IDS, Driver, Handle, run_child
 
 import rollout_trace as rt
-from sinks import MemorySink, NullSink
+from rollout_trace.sinks import MemorySink, NullSink
 
 N = 5_000
 

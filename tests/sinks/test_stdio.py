@@ -13,7 +13,7 @@ from collections import Counter
 
 from writing.harness import child_env
 
-from sinks import stdio
+from rollout_trace.sinks import stdio
 
 # Batches of far more than PIPE_BUF: lines of some 500 bytes, 512 a batch.
 # Each child says it is ready (imports take a varying while), then waits for its

@@ -148,7 +148,7 @@ def test_the_baseline_has_what_the_comparison_needs(baseline: tuple[bytes, bytes
     document, page = baseline
     for needle in (b'"stop 1"', b'"redone":', b'"after_stop":', f'"{UNKNOWN}"'.encode()):
         assert needle in document, needle
-    for needle in (b'class="f-redone"', b'class="f-resumed"', b'class="f-restarted"'):
+    for needle in (b'class="f-lost"', b'class="f-resumed"', b'class="f-restarted"'):
         assert needle in page, needle
 
 

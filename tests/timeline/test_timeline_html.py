@@ -65,7 +65,10 @@ def test_page_shows_attempts_marks_and_the_cost_table() -> None:
     assert 'class="restore"' in page and 'class="stop"' in page and 'fill="url(#hatch)"' in page
     assert f"downtime {cost.downtime_s:,.3f} s" in page
     rows = dict(re.findall(r"<td>(\w+)</td><td class=\"v[^\"]*\">([^<]*)</td>", page))
-    assert rows["downtime_s"] == "12.000" and rows["lost_s"] == "9.000"
+    # (2, 0), dispatched at 10 and open at the stop at 20, is resumed: all of it
+    # is after the capture at 9.5 (10 s); (2, 1) is restarted (9 s).
+    assert rows["downtime_s"] == "12.000" and rows["lost_s"] == "19.000"
+    assert rows["resumed_s"] == "10.000" and rows["thrown_away_s"] == "9.000"
     assert rows["in_flight"] == "2" and rows["restarted"] == "1"
 
 

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 import timeline_data as td
 from headless import CHROMIUM, Page
-from scenario import disp, make_run, restore, seal, snapshot, step
+from scenario import disp, make_run, restore, restored, resume, seal, snapshot, step
 
 import rollout_trace as rt
 from rollout_trace._model.stops import FIGURES
@@ -110,14 +110,60 @@ def _svg_titles(page: str, cls: str) -> list[str]:
 
 
 def test_what_the_stop_did_is_marked_on_the_bars(example_page: str, example_stop: Any) -> None:
-    redone = example_page.count('class="f-redone"')
-    assert redone == example_stop.redone == 13
+    # Every redone try is hatched, and so is the part after the capture of every
+    # resumed one (the example's resumed try ran across the capture).
+    hatched = example_page.count('class="f-lost"')
+    assert hatched == example_stop.redone + example_stop.resumed == 13 + 1
     glyphs = _svg_titles(example_page, "f-resumed") + _svg_titles(example_page, "f-restarted")
     ends = [t for t in glyphs if "at stop 1" in t]
     assert sum(t.startswith("resumed by run 2") for t in ends) == example_stop.resumed == 1
     assert sum(t.startswith("restarted by run 2") for t in ends) == example_stop.restarted == 1
     resumes = sum(isinstance(e, rt.AttemptResumed) for e in rt.read(EXAMPLE))
     assert sum(t.startswith("started by attempt_resumed") for t in glyphs) == resumes > 0
+
+
+def test_a_resumed_try_is_hatched_from_the_capture_and_a_redone_one_whole() -> None:
+    # C = 110. Prompt 1: dispatched 100, sealed 120, resumed by B: its lost part
+    # is 110-120, half its bar. Prompt 2: dispatched 112, sealed 118, not
+    # resumed: redone, all of it.
+    a = make_run(
+        1,
+        90.0,
+        [
+            (100.0, disp(1, 0)),
+            (111.0, snapshot(1, "/s", captured_at=110.0)),
+            (112.0, disp(2, 0)),
+            (118.0, seal(2, 0)),
+            (120.0, seal(1, 0)),
+            (130.0, step(1)),
+        ],
+    )
+    b = make_run(2, 140.0, [(141.0, restore("/s", 1)), (142.0, resume(1, 0)), (143.0, restored(1))])
+    page = rt.timeline_html(a + b)
+    bars = re.findall(
+        r'<rect x="([\d.]+)" y="[^"]*" width="([\d.]+)" [^>]*class="o-sealed"><title>group grp-(\d)'
+        r'[^<]*</title></rect><rect x="([\d.]+)" y="[^"]*" width="([\d.]+)" [^>]*class="f-lost"/>',
+        page,
+    )
+    got = {int(p): (float(bx), float(bw), float(hx), float(hw)) for bx, bw, p, hx, hw in bars}
+    assert sorted(got) == [1, 2]
+    bx, bw, hx, hw = got[1]
+    assert hx == pytest.approx(bx + bw / 2, abs=0.2) and hw == pytest.approx(bw / 2, abs=0.2)
+    bx, bw, hx, hw = got[2]
+    assert (hx, hw) == (bx, bw)
+    legend = _legend(page)
+    assert (legend["resumed"], legend["restarted"], legend["redone"]) == (1, 0, 1)
+    doc = rt.timeline_document(a + b)
+    args = {
+        e["args"]["prompt_id"]: e["args"]
+        for e in doc["traceEvents"]
+        if e.get("cat") == "attempt" and e["ph"] == "b" and e["pid"] == 1
+    }
+    assert args[1]["after_stop"] == (
+        "resumed by run 2 at stop 1 (sealed after the capture; counted in resumed)"
+    )
+    assert args[1]["lost_s"] == 10.0 and args[2]["lost_s"] == 6.0
+    assert "redone" in args[2]
 
 
 def test_the_document_says_the_same_per_attempt(example_stop: Any) -> None:
@@ -135,7 +181,7 @@ def test_merged_runs_mark_it_too() -> None:
     page = rt.timeline_html(events)
     [stop] = rt.restore_costs(events)
     assert "merged per pixel column" in page
-    assert page.count('class="f-redone"') > 0 and stop.redone
+    assert page.count('class="f-lost"') > 0 and stop.redone
     legend = _legend(page)
     assert (legend["resumed"], legend["restarted"], legend["redone"]) == (
         stop.resumed,

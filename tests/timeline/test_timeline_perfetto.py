@@ -280,6 +280,24 @@ FLOW_CASES: dict[str, tuple[list[Any], set[tuple[Slice, Slice]]]] = {
             (("try", 2, 1, 0, 1), ("step", 2, 1)),
         },
     ),
+    # sealed after the capture the restored run got back, and done again there
+    # (redone): the seal was thrown away, so it flows to the retry
+    "redone-in-the-next-run": (
+        make_run(
+            1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0)), (103.0, snapshot(0, "/s", 101.5))]
+        )
+        + make_run(2, 110.0, [(111.0, restore("/s", 0)), (112.0, disp(1, 0)), (113.0, seal(1, 0))]),
+        {(("try", 1, 1, 0, 0), ("try", 2, 1, 0, 0))},
+    ),
+    # sealed before the capture: the restored state holds the result, so a try
+    # of the sibling in the next run begins a new use, and no flow leads to it
+    "kept-then-a-new-use-in-the-next-run": (
+        make_run(
+            1, 100.0, [(101.0, disp(1, 0)), (102.0, seal(1, 0)), (103.0, snapshot(0, "/s", 102.5))]
+        )
+        + make_run(2, 110.0, [(111.0, restore("/s", 0)), (112.0, disp(1, 0)), (113.0, seal(1, 0))]),
+        set(),
+    ),
     # a clock that went back: the next try starts before the failed one, which
     # the importer would bind to the wrong slice, so no flow is drawn
     "clock-went-back": (
@@ -394,7 +412,9 @@ def _dispatched(p: int, g: int, version: int) -> rt.AttemptDispatched:
         ([3], [3, 1, 0, 2], [], (3, 1.5)),  # lags 0, 2, 3, 1: p50 linear, as report's
         ([1, 4], [2, 4], [], (2, 1.0)),  # the latest sync before the step counts
         ([1], [1], [9], (0, 0)),  # a sync after the step does not
-        ([], [0, 1], [2], None),  # no sync before the step: no lag
+        # no sync before the step: the version the run started with, its first
+        # dispatch's (0), counts: lags 0 and -1
+        ([], [0, 1], [2], (0, -0.5)),
     ],
 )
 def test_policy_lag_of_a_step_by_hand(

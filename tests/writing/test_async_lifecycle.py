@@ -11,6 +11,7 @@ checked line by line (``tracecheck``), never against a remainder.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -33,7 +34,7 @@ from samples import dispatched
 from tracecheck import only_run
 
 import rollout_trace as rt
-from sinks import MemorySink
+from rollout_trace.sinks import MemorySink
 
 pytestmark = pytest.mark.timeout(60)
 T = TypeVar("T")
@@ -440,25 +441,40 @@ def test_ctrl_c_exits_as_keyboard_interrupt_does_with_a_complete_trace(
 
 
 _TRIPPED = """
-import signal, threading
+import contextlib, signal, threading
+
+WHICH = sys.argv[4]
 
 
 def main_thread_sleeps_in_its_selector():
     wchan = f"/proc/self/task/{threading.main_thread().native_id}/wchan"
+    end = time.monotonic() + 10
     while "epoll" not in open(wchan).read():
+        if time.monotonic() > end:  # a kernel that does not say
+            return False
         time.sleep(0.001)
+    return True
 
 
 def trip():
-    main_thread_sleeps_in_its_selector()
+    if not main_thread_sleeps_in_its_selector():
+        print("no wchan", file=sys.stderr, flush=True)
+        os._exit(0)
     # The C handler runs on this thread and only trips a flag: nothing wakes
     # the loop's thread, asleep in its selector (asyncio sets no wakeup fd).
     signal.pthread_kill(threading.get_ident(), signal.SIGINT)
     print("tripped", file=sys.stderr, flush=True)
 
 
+if WHICH == "sync":  # opened before the loop runs; emitted to from a coroutine
+    tracer = rt.sync_tracer("stdout://", close_timeout=5).open()
+    held = contextlib.nullcontext(tracer)
+else:
+    held = None
+
+
 async def main():
-    async with rt.tracer("stdout://", close_timeout=5) as t:
+    async with (held or rt.tracer("stdout://", close_timeout=5)) as t:
         for i in range(N):
             t.emit(ev(i))
         # The parent reads none of the trace yet: the sink is blocked on the
@@ -473,13 +489,19 @@ run(main)
 
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
-def test_ctrl_c_taken_while_the_tracer_writes_ends_the_loop_once_the_writing_is_done() -> None:
+@pytest.mark.parametrize("which", ["async", "sync"])
+def test_ctrl_c_taken_while_the_tracer_writes_ends_the_loop_once_the_writing_is_done(
+    which: str,
+) -> None:
     """A Ctrl-C whose flag is tripped while the loop sleeps is taken when our
     threads finish their work: they wake the loop once, as its own work would."""
     n = 20_000  # far more than a pipe holds
-    proc = _child(_TRIPPED, "-", n, "asyncio")
+    proc = _child(_TRIPPED, "-", n, "asyncio", which)
     assert proc.stderr is not None and proc.stdout is not None
     line = proc.stderr.readline()
+    if line == b"no wchan\n":
+        proc.communicate()
+        pytest.skip("the kernel does not say where the loop's thread sleeps")
     assert line == b"tripped\n", line + proc.stderr.read()
     trace = proc.stdout.read()  # until the child exits
     rc, _, err = _finish(proc, timeout=30)
@@ -489,6 +511,52 @@ def test_ctrl_c_taken_while_the_tracer_writes_ends_the_loop_once_the_writing_is_
     assert run.closed is not None and run.closed["emitted"] == n, run.closed
     assert sorted(e["seq"] for e in run.events) == list(range(1, n + 1))
     assert run.closed["sinks"] == [{"uri": "stdout://", "written": n, "error": None}]
+
+
+def _count_wakes(loop: asyncio.AbstractEventLoop) -> list[float]:
+    """Records the time of each wake our threads ask of ``loop``."""
+    wakes: list[float] = []
+    real = loop.call_soon_threadsafe
+
+    def spy(callback: Callable[..., object], *args: Any, **kwargs: Any) -> Any:
+        if getattr(callback, "__module__", "").startswith("rollout_trace"):
+            wakes.append(time.monotonic())
+        return real(callback, *args, **kwargs)
+
+    loop.call_soon_threadsafe = spy  # type: ignore[method-assign]
+    return wakes
+
+
+def test_a_loop_that_is_not_running_is_never_woken() -> None:
+    # Opened from a coroutine, then used from plain code after the loop
+    # stopped: a wake would sit in the loop's queue for good, one per drain.
+    loop = asyncio.new_event_loop()
+    wakes = _count_wakes(loop)
+
+    async def opened() -> rt.SyncTracer:
+        return rt.sync_tracer("memory://").open()
+
+    t = loop.run_until_complete(opened())
+    try:
+        for i in range(30):
+            t.emit(rt.StepTrained(step=i, group_ids=[]))  # urgent: a drain each
+            assert t.flush(timeout=10)
+    finally:
+        t.close()
+        loop.close()
+    assert wakes == []
+
+
+async def test_our_threads_wake_the_loop_at_most_once_a_switch_interval() -> None:
+    # A stream of urgent events drains the queue at every one of them.
+    wakes = _count_wakes(asyncio.get_running_loop())
+    async with rt.tracer("memory://") as t:
+        for i in range(200):
+            t.emit(rt.StepTrained(step=i, group_ids=[]))
+            await asyncio.sleep(0.001)
+        assert await t.flush()
+    gaps = [b - a for a, b in itertools.pairwise(wakes)]
+    assert wakes and min(gaps, default=1.0) >= 0.005 * 0.99, gaps
 
 
 # --- 3. faults in the writer: what a sink or the encoder must never raise ---------

@@ -496,7 +496,7 @@ def test_the_jsonl_sink_looks_at_its_path_at_most_every_quarter_second(
     monkeypatch: pytest.MonkeyPatch,
     trace_log: pytest.LogCaptureFixture,
 ) -> None:
-    import sinks.jsonl
+    from rollout_trace.sinks import jsonl as sinks_jsonl
 
     now = [1_000.0]
     stats: list[str] = []
@@ -506,10 +506,10 @@ def test_the_jsonl_sink_looks_at_its_path_at_most_every_quarter_second(
         stats.append(str(path))
         return real_stat(path, *args, **kwargs)
 
-    monkeypatch.setattr(sinks.jsonl.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(sinks.jsonl.os, "stat", stat)
+    monkeypatch.setattr(sinks_jsonl.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(sinks_jsonl.os, "stat", stat)
     path, moved = tmp_path / "t.jsonl", tmp_path / "t.1.jsonl"
-    sink = sinks.jsonl.JsonlSink(str(path), {})
+    sink = sinks_jsonl.JsonlSink(str(path), {})
     sink.open()
     stats.clear()  # (the open looks for what it makes)
     for step in steps:

@@ -15,7 +15,7 @@ import pytest
 
 from rollout_trace._writing import runner as runner_module
 from rollout_trace._writing.runner import _GATHER, _MAX_PIECE, _MIN_PIECE, Batch, SinkRunner
-from sinks import Sink
+from rollout_trace.sinks import Sink
 
 
 class HeldSink(Sink):

@@ -26,7 +26,7 @@ from tracecheck import check_runs
 
 import rollout_trace as rt
 import rollout_trace._writing.specs as sinkspec
-from sinks import Sink
+from rollout_trace.sinks import Sink
 
 LIFECYCLE = ("trace_opened", "trace_closed")
 # The async tracer (a sink's own thread) and the sync tracer (its writer

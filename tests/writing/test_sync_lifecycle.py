@@ -26,7 +26,7 @@ from tracecheck import check_runs, only_run
 
 import rollout_trace as rt
 from rollout_trace._writing import hooks, specs, tracers
-from sinks import JsonlSink, MemorySink
+from rollout_trace.sinks import JsonlSink, MemorySink
 
 pytestmark = pytest.mark.timeout(120)
 T = TypeVar("T")
@@ -560,7 +560,7 @@ def test_a_hung_sink_does_not_hold_up_the_healthy_ones(tmp_path: Path) -> None:
 def test_a_lone_sink_is_written_by_the_writer_thread(
     uris: list[str], writers: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sinks import MemorySink
+    from rollout_trace.sinks import MemorySink
 
     calls: list[tuple[str, str]] = []  # (the sink's class, the calling thread)
     real_write, real_flush = MemorySink.write, MemorySink.flush

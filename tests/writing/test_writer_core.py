@@ -30,7 +30,7 @@ from tracecheck import only_run
 
 import rollout_trace as rt
 from rollout_trace._writing import engine, tracers
-from sinks import MemorySink
+from rollout_trace.sinks import MemorySink
 
 ASYNC_BACKENDS = [
     pytest.param("asyncio", {}, id="asyncio"),
