@@ -24,7 +24,7 @@ from typing import Any
 
 import fsspec
 import pytest
-from rollout_trace.sinks_objects import AzureSink, GcsSink, S3Sink
+from rollout_trace.sinks.objects import AzureSink, GcsSink, S3Sink
 from s3server import BUCKET, S3Server
 from tracecheck import check_runs, only_run
 from writing.harness import DRIVERS, Driver, Handle

@@ -28,7 +28,7 @@ import msgspec
 import pytest
 from forward_proxy import Proxy
 from otlp_receiver import Receiver
-from rollout_trace.sinks_otlp import OtlpExportError, OtlpHttpSink, OtlpHttpsSink
+from rollout_trace.sinks.otlp import OtlpExportError, OtlpHttpSink, OtlpHttpsSink
 from samples import dispatched
 from writing.harness import DRIVERS, IDS, Driver, Handle
 
@@ -581,9 +581,9 @@ def test_without_opentelemetry_proto_the_error_names_the_extra(
 
 def test_without_urllib3_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "urllib3", None)
-    monkeypatch.delitem(sys.modules, "sinks_otlp")
+    monkeypatch.delitem(sys.modules, "rollout_trace.sinks.otlp")
     with pytest.raises(ImportError, match=r"pip install 'rollout-trace\[otlp\]'"):
-        importlib.import_module("sinks_otlp")
+        importlib.import_module("rollout_trace.sinks.otlp")
 
 
 def test_both_schemes_are_registered() -> None:
