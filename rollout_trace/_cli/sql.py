@@ -24,8 +24,8 @@ VIEWS = {
     "open at its run's last event, what report calls a stall once it is old enough)",
     "stops": "one row per stop: stop, stopped_run, restored_run and every figure",
     "steps": "one row per step_trained: run, run_id, seq, time, step, groups, "
-    "weight_version (the run's latest weights_synced before it, else the version the "
-    "run started with)",
+    "weight_version (the version report's staleness judges it against: the run's latest "
+    "weights_synced before it, else the highest version dispatched before it)",
     "runs": "one row per run: run, run_id, host, pid, first_time, last_time, events, "
     "closed, stopped, files",
 }

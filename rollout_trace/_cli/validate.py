@@ -27,7 +27,8 @@ attempt of the same sibling started; a file none of whose lines is an event
 (one finding for the whole file, naming its first bad line).
 Warnings: a run without trace_closed (killed), a torn last line, seq gaps that
 trace_closed accounts for as dropped or invalid, an unknown schema version,
-times that are not Unix seconds, an empty file. Notes: a run read from two
+times that are not Unix seconds, a captured_at later than its line's time, an
+empty file. Notes: a run read from two
 files (two sinks, a copy), counted once; but two lines of one run_id and seq
 that differ (a conflicting copy, in one file or two) are an error. Each file is
 read once; lines and files may come in any order. The rules: the docs,

@@ -167,7 +167,20 @@ def _captured_at_problems(ev: SnapshotPublished) -> list[Problem]:
     looks, time_looks = clock_of(c), clock_of(ev.time)
     if looks == time_looks:
         # Both on one clock: Unix seconds, or a tracer's own clock= that the
-        # controller used for captured_at too; the figures compare them.
+        # controller used for captured_at too; the figures compare them. A
+        # snapshot is published once captured, so a later capture means the
+        # clocks disagree; after the stop, a restore's cost cannot be judged.
+        if c > ev.time:
+            return [
+                Problem(
+                    "warning",
+                    f"captured_at {c!r} is {c - ev.time:.3f} s after the event's time "
+                    f"{ev.time!r}, though a snapshot is published after it is captured: is "
+                    "the capturing host's clock ahead of the tracer's? The restore-cost "
+                    "figures judge a stop against captured_at, and cannot where it is "
+                    "after the stop",
+                )
+            ]
         return []
     said = f"looks like {looks}" if looks else "is Unix seconds"
     time_said = f"looks like {time_looks}" if time_looks else "is Unix seconds"

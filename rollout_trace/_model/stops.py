@@ -23,8 +23,16 @@ stop time when T is open at the stop:
 - else (sealed after C): ``redone``, losing ``t1 - t0``.
 
 With C unknown only the open siblings can be classed; every figure that
-needs C is None with the reason. Sums are correctly rounded
-(``math.fsum``); a figure that is not finite is None, with the reason.
+needs C is None with the reason. So it is with a C later than the stop (a
+capturing host's clock ahead, or C not in seconds): no work of A comes after
+such a capture, and taken as given it would make lost times negative; it is
+noted (``captured_after_stop``), as is a C later than the line that published
+it (``captured_after_published``), which the figures take as given. Sums are
+correctly rounded (``math.fsum``); a figure that is not finite is None, with
+the reason.
+
+``step_versions`` is the one place that says which weight version a step is
+judged against (the staleness of ``report`` and the ``steps`` table).
 """
 
 from __future__ import annotations
@@ -36,12 +44,23 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from .terms import CHECKPOINT, RESTORE_STARTED, SNAPSHOT, WEIGHTS, EndKind
+from .runs import RunEvents
+from .terms import (
+    CHECKPOINT,
+    DISPATCHED,
+    RESTORE_STARTED,
+    RESUMED,
+    SNAPSHOT,
+    STEP,
+    WEIGHTS,
+    EndKind,
+)
 from .tries import Run
 
 __all__ = [
     "CLASSES",
     "FIGURES",
+    "Capture",
     "FIGURE_ROWS",
     "Counted",
     "Note",
@@ -54,7 +73,7 @@ __all__ = [
     "orphan_cost",
     "pair_stops",
     "run_notes",
-    "start_versions",
+    "step_versions",
     "stops_of",
     "stop_notes",
 ]
@@ -107,7 +126,8 @@ class Note(msgspec.Struct, frozen=True, kw_only=True):
 
     ``kind`` names the case (``read_twice``, ``bad_seq``, ``restore_not_first``,
     ``restore_started_missing``, ``no_stopped_run``, ``clock_skew``,
-    ``negative_downtime``, ``overlap``, ``resumed_not_in_flight``,
+    ``negative_downtime``, ``overlap``, ``captured_after_stop``,
+    ``captured_after_published``, ``resumed_not_in_flight``,
     ``prompt_id_types``); ``text`` says it in words.
     """
 
@@ -199,6 +219,8 @@ class Counted(NamedTuple):
 class StopClasses(msgspec.Struct, kw_only=True):
     """What one stop did to the siblings of its stopped run (``classify``).
 
+    ``captured_at`` is the C it was judged against: None where C is unknown
+    or cannot be judged (later than the stop), as the figures have it.
     ``in_flight`` maps each sibling whose T is open at the stop to T;
     ``counted`` each sibling the stop counts to its ``Counted`` (with C
     unknown, only the open ones). ``kept`` holds the siblings whose T was
@@ -282,38 +304,88 @@ def stops_of(
     return costs, notes, classes
 
 
-def start_versions(runs: list[Run], costs: list[StopCost]) -> list[int | None]:
-    """The weight version each run (in the run order) started with: the version a
-    step of the run is judged against until its first ``weights_synced``.
+def step_versions(
+    runs: list[Run], costs: list[StopCost], classes: list[StopClasses | None]
+) -> list[dict[int, int | None]]:
+    """The weight version each step of each run (in the run order) is judged
+    against, by the step's seq (None: not known).
 
-    A run that begins with a restore takes the version of the state it
-    restored: the stopped run's latest ``weights_synced`` (by seq) among those
-    at or before C, else the version that run started with. Failing that (no
-    stopped run, C unknown, no version there), and for every other run, the
-    ``weight_version`` of its first ``attempt_dispatched`` by seq. None where
-    neither is known.
+    It is the version of the run's latest ``weights_synced`` before the step.
+    Before the run's first one, it is the highest ``weight_version`` dispatched
+    in the run before the step, and, for a run that begins with a restore, at
+    least the version of the state it restored (``_restored_version``).
+    Everything is read by seq: a step sees the events of lower seqs only.
     """
     place = {run.run_id: i for i, run in enumerate(runs)}
-    restored_from = {
-        c.restored_run: (place[c.stopped_run], c.captured_at)
-        for c in costs
-        if c.stopped_run is not None and c.stopped_run in place
-    }
-    out: list[int | None] = []
-    for run in runs:
-        version: int | None = None
+    restored_from: dict[str, tuple[int, float]] = {}
+    for cost, cls in zip(costs, classes, strict=True):
+        a = place.get(cost.stopped_run) if cost.stopped_run is not None else None
+        if a is not None and cls is not None and cls.captured_at is not None:
+            restored_from[cost.restored_run] = (a, cls.captured_at)
+    starts: list[int | None] = []
+    out: list[dict[int, int | None]] = []
+    for i, run in enumerate(runs):
+        start: int | None = None
         held = restored_from.get(run.run_id)
-        if held is not None and held[1] is not None:
-            a, c = runs[held[0]].events, held[1]
-            version = out[held[0]]
-            for i, k in enumerate(a.kind):
-                if k == WEIGHTS and a.time[i] <= c:
-                    version = a.events[i].weight_version
-        if version is None:
-            # Tries come in the order of their first event, and only a dispatch
-            # gives one a version: the first with one is the first dispatch.
-            version = next((v for v in run.tries.weight_version if v is not None), None)
-        out.append(version)
+        if held is not None and held[0] < i:
+            start = _restored_version(runs[held[0]].events, starts[held[0]], held[1])
+        starts.append(start)
+        out.append(_versions_of_steps(run.events, start))
+    return out
+
+
+def _higher(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None or a >= b else b
+
+
+def _restored_version(a: RunEvents, start: int | None, c: float) -> int | None:
+    """The version of the state captured at ``c`` in run ``a`` (that started with
+    ``start``): A's latest ``weights_synced`` (by seq) at or before C, else the
+    highest of ``start`` and the versions A dispatched at or before C."""
+    synced: int | None = None
+    have_sync = False
+    top = start
+    kinds, times, events = a.kind, a.time, a.events
+    for i in a.where(WEIGHTS, DISPATCHED):
+        if not times[i] <= c:
+            continue
+        if kinds[i] == WEIGHTS:
+            synced, have_sync = events[i].weight_version, True
+        else:
+            top = _higher(top, events[i].weight_version)
+    return synced if have_sync else top
+
+
+def _versions_of_steps(ev: RunEvents, start: int | None) -> dict[int, int | None]:
+    """Step seq -> the version it is judged against (see ``step_versions``)."""
+    out: dict[int, int | None] = {}
+    synced: int | None = None
+    have_sync = False
+    top = start
+    # What the events of the current seq say, taken in once a higher seq comes:
+    # lines of one seq that differ (versions) do not see each other.
+    seen_sync: int | None = None
+    seen_any_sync = False
+    seen_top: int | None = None
+    current = -1
+    kinds, seqs, events = ev.kind, ev.seq, ev.events
+    for i in ev.where(STEP, WEIGHTS, DISPATCHED):
+        seq = seqs[i]
+        if seq != current:
+            if seen_any_sync:
+                synced, have_sync = seen_sync, True
+            top = _higher(top, seen_top)
+            seen_sync, seen_any_sync, seen_top = None, False, None
+            current = seq
+        kind = kinds[i]
+        if kind == STEP:
+            out[seq] = synced if have_sync else top
+        elif kind == WEIGHTS:
+            seen_sync, seen_any_sync = events[i].weight_version, True
+        else:
+            seen_top = _higher(seen_top, events[i].weight_version)
     return out
 
 
@@ -403,15 +475,28 @@ def _describe(seqs: list[int]) -> str:
     return f"seqs {shown}{more} ({len(seqs):,} in all)"
 
 
-def captured(a: Run, path: str) -> tuple[float | None, str | None]:
-    """C for a restore of ``path`` from ``a``, and where it came from."""
-    snapshots = a.events.published(SNAPSHOT)
-    if path in snapshots:
-        return snapshots[path], "snapshot_published"
-    checkpoints = a.events.published(CHECKPOINT)
-    if path in checkpoints:
-        return checkpoints[path], "trainer_checkpoint_published"
-    return None, None
+class Capture(NamedTuple):
+    """C for a restore (``at``), the event it came from (``source``) and that
+    event's own time (``published``)."""
+
+    at: float | None
+    source: str | None
+    published: float | None
+
+
+def captured(a: Run, path: str) -> Capture:
+    """C for a restore of ``path`` from ``a``: the latest (by seq) line that published it."""
+    ev = a.events
+    for kind, source in (
+        (SNAPSHOT, "snapshot_published"),
+        (CHECKPOINT, "trainer_checkpoint_published"),
+    ):
+        found = [i for i in ev.where(kind) if ev.events[i].path == path]
+        if found:
+            i = found[-1]
+            at = ev.events[i].captured_at if kind == SNAPSHOT else ev.time[i]
+            return Capture(at, source, ev.time[i])
+    return Capture(None, None, None)
 
 
 def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
@@ -507,13 +592,24 @@ def cost_of(a: Run, b: Run, restore: Any) -> tuple[StopCost, StopClasses]:
     reasons: dict[str, str] = {}
     stop_time = a.events.last_time
     restore_s = _restore_s(b, restore, reasons)
-    captured_at, captured_from = captured(a, restore.path)
+    captured_at, captured_from, _ = captured(a, restore.path)
+    # The C the stop is judged against: none where it is unknown, or later than
+    # the stop, where no work of A comes after it and the times lost would be
+    # negative (a capturing host's clock ahead, or captured_at not in seconds).
+    judged = captured_at
+    why_not_judged = "captured_at is unknown"
     if captured_at is None:
         reasons["captured_at"] = (
             f"run {a.run_id} has no snapshot_published or trainer_checkpoint_published "
             f"with path {restore.path!r}, the path run {b.run_id} restored from"
         )
-    classes = classify(a, b, captured_at)
+    elif captured_at > stop_time:
+        judged = None
+        why_not_judged = (
+            f"captured_at is {captured_at - stop_time:.3f} s after the stop: a capture "
+            "after the stop cannot be judged"
+        )
+    classes = classify(a, b, judged)
     restarted = classes.of("restarted")
     thrown_away_s = _exact_sum([c.lost_s for c in restarted])
     resumed: int | None = None
@@ -521,9 +617,9 @@ def cost_of(a: Run, b: Run, restore: Any) -> tuple[StopCost, StopClasses]:
     redone: int | None = None
     redone_s: float | None = None
     lost_s: float | None = None
-    if captured_at is None:
+    if judged is None:
         for name in ("resumed", "resumed_s", "redone", "redone_s", "lost_s"):
-            reasons[name] = "captured_at is unknown"
+            reasons[name] = why_not_judged
     else:
         kept_on = classes.of("resumed")
         done_again = classes.of("redone")
@@ -617,17 +713,26 @@ def stop_notes(a: Run, b: Run, cost: StopCost, classes: StopClasses) -> Iterator
             text=f"run {b.run_id} opened {stop_time - opened_b:.3f} s before run "
             f"{a.run_id}'s last event: two controllers at once, or clocks that disagree",
         )
+    yield from _capture_notes(a, b, cost, classes)
     strangers = classes.strangers
     if strangers:
         listed = sorted(strangers.items(), key=lambda kv: repr(kv[0]))
-        shown = ", ".join(f"{_key(k)} {_WHY_NOT[why]}" for k, why in listed[:5])
-        more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
+        resumes: dict[SiblingKey, list[int]] = {}
+        bt = b.tries
+        for i in range(len(bt)):
+            if bt.start_kind[i] == RESUMED:
+                got = resumes.setdefault(bt.sibling(i), [])
+                if bt.attempt[i] not in got:
+                    got.append(bt.attempt[i])
+        shown = "; ".join(
+            _why_not(a, b, key, why, resumes.get(key, [])) for key, why in listed[:_SHOWN]
+        )
+        more = f"; and {len(strangers) - _SHOWN} more" if len(strangers) > _SHOWN else ""
         yield Note(
             kind="resumed_not_in_flight",
             run_id=b.run_id,
             text=f"run {b.run_id} resumed {len(strangers)} sibling(s) that the stop counts "
-            f"nowhere, as run {a.run_id} neither had them open at its stop nor sealed them "
-            f"after the capture: {shown}{more}",
+            f"nowhere, each judged by run {a.run_id}'s last try of it: {shown}{more}",
         )
         # Siblings match by (prompt_id, generation_index) with the JSON type
         # of the prompt id: 7 and "7" are two siblings.
@@ -649,13 +754,56 @@ def stop_notes(a: Run, b: Run, cost: StopCost, classes: StopClasses) -> Iterator
             )
 
 
-# Why a sibling the restored run resumed is counted nowhere, as a note says it.
+# Why a sibling the restored run resumed is counted nowhere: what A's last try of it did.
 _WHY_NOT = {
-    "never_tried": "(never tried)",
-    "kept": "(sealed at or before the capture)",
-    "abandoned": "(abandoned before the stop)",
-    "refused": "(refused before the stop)",
+    "kept": "sealed at or before the capture",
+    "abandoned": "abandoned before the stop",
+    "refused": "refused before the stop",
 }
+
+
+def _why_not(a: Run, b: Run, key: SiblingKey, why: str, resumed: list[int]) -> str:
+    """One sibling of a ``resumed_not_in_flight`` note: what A's last try T of it did,
+    and which attempt B resumed where that is not T's."""
+    if why == "never_tried":
+        return f"{_key(key)}: never tried in run {a.run_id}"
+    attempt = a.tries.attempt[a.sib.last_start[key]]
+    out = f"{_key(key)}: its last try, attempt {attempt}, was {_WHY_NOT[why]}"
+    if resumed and resumed != [attempt]:
+        which = ", ".join(map(str, resumed))
+        out += f" (run {b.run_id} resumed attempt{'s' if len(resumed) > 1 else ''} {which})"
+    return out
+
+
+def _capture_notes(a: Run, b: Run, cost: StopCost, classes: StopClasses) -> Iterator[Note]:
+    """A capture later than the stop (not judged), or than the line that published it."""
+    c = cost.captured_at
+    if c is None:
+        return
+    source = cost.captured_from or "snapshot_published"
+    stop_time = a.events.last_time
+    if classes.captured_at is None:
+        yield Note(
+            kind="captured_after_stop",
+            run_id=b.run_id,
+            text=f"run {b.run_id} restores {cost.restore_path!r}, which run {a.run_id}'s "
+            f"{source} says was captured at {c:.3f}, {c - stop_time:.3f} s after the stop "
+            f"(its last event, at {stop_time:.3f}): no work of the run comes after such a "
+            "capture, so the figures that need it are n/a; is the capturing host's clock "
+            "ahead, or captured_at not in Unix seconds?",
+        )
+        return
+    published = captured(a, cost.restore_path).published
+    if published is not None and c > published:
+        yield Note(
+            kind="captured_after_published",
+            run_id=b.run_id,
+            text=f"run {b.run_id} restores {cost.restore_path!r}, which run {a.run_id}'s "
+            f"{source} says was captured at {c:.3f}, {c - published:.3f} s after the line "
+            f"that published it (at {published:.3f}): a snapshot is published after it is "
+            "captured, so a clock is off (the capturing host's ahead?); the stop is judged "
+            "against captured_at as given",
+        )
 
 
 def _key(key: Any) -> str:

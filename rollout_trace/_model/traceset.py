@@ -23,7 +23,7 @@ from .._reading.reader import Problems, ReadProblem, iter_blocks
 from .._schema.events import Event
 from .._schema.registry import REGISTRY
 from .runs import Collector, normalize
-from .stops import Note, StopClasses, StopCost, start_versions, stops_of
+from .stops import Note, StopClasses, StopCost, step_versions, stops_of
 from .terms import OPENED, EndKind
 from .tries import Run
 
@@ -95,8 +95,8 @@ class Model:
     (docs: Reference > Restore-cost figures); ``classes`` what each stop did
     to each sibling (None for a stop of an unknown run); ``notes`` what bears
     on the figures; ``problems`` the lines the reader skipped; ``files`` the
-    files read; ``start_versions`` the weight version each run started with
-    (``stops.start_versions``), by its place in the run order.
+    files read; ``step_versions`` the weight version each run's steps are
+    judged against (``stops.step_versions``), by its place in the run order.
     """
 
     def __init__(self, files: list[str], runs: list[Run], problems: list[ReadProblem]) -> None:
@@ -107,8 +107,17 @@ class Model:
         self.notes: list[Note]
         self.classes: list[StopClasses | None]
         self.stops, self.notes, self.classes = stops_of(runs, files)
-        self.start_versions: list[int | None] = start_versions(runs, self.stops)
         self._fates: dict[tuple[int, int], Fate] | None = None
+        self._step_versions: list[dict[int, int | None]] | None = None
+
+    @property
+    def step_versions(self) -> list[dict[int, int | None]]:
+        """Per run, in the run order: the seq of each ``step_trained`` -> the weight
+        version it is judged against (``stops.step_versions``; None: not known).
+        Made at the first look-up: ``cost`` never needs it."""
+        if self._step_versions is None:
+            self._step_versions = step_versions(self.runs, self.stops, self.classes)
+        return self._step_versions
 
     @property
     def conflicts(self) -> bool:

@@ -8,10 +8,11 @@ An attempt is one try of a sibling in one run (see the model's docstring).
   ``lineage`` for what a use of a sibling is and which tries a step trained.
   A run's tries count the uses it sealed (with the tries before its restore)
   and its siblings unsealed at its end; the whole set's count each use once,
-  where it was sealed or where its restore chain ends. A lag is the version of
-  the run's latest ``weights_synced`` before the step (else the version the
-  run started with: ``_model.stops.start_versions``) minus the try's
-  dispatch ``weight_version``; ``unknown`` when either is missing.
+  where it was sealed or where its restore chain ends. A lag is the version
+  the step is judged against (the run's latest ``weights_synced`` before it,
+  else the highest version dispatched before it, for a restored run at least
+  that of the state it restored: ``_model.stops.step_versions``) minus the
+  try's dispatch ``weight_version``; ``unknown`` when either is missing.
 - **Stalls**: an attempt open at its run's last event (``Attempt.open``: not
   superseded by a later start of its attempt),
   open longer than ``stall_after`` seconds then (``open_too_long``); or open in
@@ -79,8 +80,8 @@ class Stall(msgspec.Struct, kw_only=True):
 class StepLag(msgspec.Struct, kw_only=True):
     step: int
     time: float
-    # The version of the latest weights_synced before the step, else the one the
-    # run started with; None: neither is known.
+    # The version the step is judged against (``_model.stops.step_versions``);
+    # None: not known.
     weight_version: int | None
     attempts: int  # tries it trained with a known lag
     unknown: int  # ... and with none

@@ -285,29 +285,27 @@ def stops_table(ts: Model) -> Any:
 
 def steps_table(ts: Model) -> Any:
     """One row per ``step_trained``: its run, seq, time, step and groups, and
-    ``weight_version``, that of the run's latest ``weights_synced`` before it, else
-    the version the run started with (``_model.stops.start_versions``; null: neither)."""
+    ``weight_version``, the version it is judged against, as ``report``'s
+    staleness judges it (``_model.stops.step_versions``; null: not known)."""
     pa = _pyarrow()
     rows = []
+    versions = ts.step_versions
     for run in ts.runs:
         ev = run.events
-        version = ts.start_versions[run.index]
-        for i, k in enumerate(ev.kind):
-            if k == terms.WEIGHTS:
-                version = ev.events[i].weight_version
-            elif k == terms.STEP:
-                e = ev.events[i]
-                rows.append(
-                    {
-                        "run": run.index + 1,
-                        "run_id": run.run_id,
-                        "seq": ev.seq[i],
-                        "time": ev.time[i],
-                        "step": e.step,
-                        "groups": [str(g) for g in e.group_ids],
-                        "weight_version": version,
-                    }
-                )
+        judged = versions[run.index]
+        for i in ev.where(terms.STEP):
+            e = ev.events[i]
+            rows.append(
+                {
+                    "run": run.index + 1,
+                    "run_id": run.run_id,
+                    "seq": ev.seq[i],
+                    "time": ev.time[i],
+                    "step": e.step,
+                    "groups": [str(g) for g in e.group_ids],
+                    "weight_version": judged.get(ev.seq[i]),
+                }
+            )
     schema = pa.schema(
         [
             ("run", pa.int32()),

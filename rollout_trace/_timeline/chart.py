@@ -513,7 +513,11 @@ def _mark_title(m: Mark) -> str:
         if key in args:
             parts.append(f"{key}: {args[key]}")
     if m.captured_at is not None:
-        parts.append(f"captured {m.time - m.captured_at:,.3f} s before it was published")
+        before = m.time - m.captured_at
+        if before >= 0:
+            parts.append(f"captured {before:,.3f} s before it was published")
+        else:  # no snapshot is published before it is captured: a clock is off
+            parts.append(f"captured_at is {-before:,.3f} s after it was published")
     return "\n".join(parts)
 
 

@@ -13,8 +13,11 @@ the latest run of the chain before it. An earlier
 seal of a sibling that was tried again (a whole group restarted, a sibling
 redone after a restore) was thrown away, not trained. A try's version is its
 dispatch's; a resumed try takes it from the chain's dispatch of that try.
-A step's version is that of the run's latest ``weights_synced`` before it,
-else the version the run started with (``RunLine.start_version``).
+A step's version, the one its tries' lags are measured from, is the model's
+(``RunLine.step_versions``, from ``_model.stops.step_versions``): that of the
+run's latest ``weights_synced`` before it, else the highest version
+dispatched before it (for a restored run, at least that of the state it
+restored).
 
 **Tries per sibling.** One use of a sibling runs from its first try to the
 seal that ends it; the tries counted are its starts. A start after a seal
@@ -37,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._model.terms import same_use
-from .marks import STEP, WEIGHTS
+from .marks import STEP
 from .model import Attempt, RunLine, Timeline
 
 __all__ = ["Lineage", "TrainedStep", "TriesState", "lag_of", "quantile", "tries_pass"]
@@ -50,8 +53,8 @@ class TrainedStep:
     step: int
     time: float
     seq: int
-    # The version of the run's latest weights_synced before the step, else the one
-    # the run started with; None: neither is known.
+    # The version the step is judged against (``_model.stops.step_versions``);
+    # None: not known.
     weight_version: int | None
     # The tries it trained and each one's dispatch version (None: unknown).
     tries: list[tuple[Attempt, int | None]]
@@ -120,12 +123,10 @@ class Lineage:
         latest: dict[str, dict[Sibling, Attempt]] = {}  # the run's own seals so far
         k = 0
         m = run.marks
-        version = run.start_version
+        versions = run.step_versions
         out = []
         for i, code in enumerate(m.codes):
-            if code == WEIGHTS:
-                version = m.a[i] if type(m.a[i]) is int else None
-            elif code == STEP:
+            if code == STEP:
                 seq = m.seqs[i]
                 while k < len(own) and own[k].end_seq < seq:
                     a = own[k]
@@ -142,7 +143,7 @@ class Lineage:
                     if not found:
                         missing += 1
                     tries += [(a, self._version(chain, a)) for a in found.values()]
-                out.append(TrainedStep(m.a[i], m.times[i], seq, version, tries, missing))
+                out.append(TrainedStep(m.a[i], m.times[i], seq, versions.get(seq), tries, missing))
         return out
 
 

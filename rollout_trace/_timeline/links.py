@@ -28,12 +28,13 @@ them). Every link is between slices that are in the document.
   before it of each sibling of the groups it names, in its run or in the runs
   it was restored from).
 
-The policy lag of a step is, for each try it trained, the weight version of
-the run's latest ``weights_synced`` before the step (by seq), else the
-version the run started with, minus the weight version the try was
-dispatched with (``lineage``); a step with neither, or no try with a known
-version, has none. Its p50 is linear between the
-closest ranks, as every percentile of ``report``.
+The policy lag of a step is, for each try it trained, the weight version the
+step is judged against (``_model.stops.step_versions``: the run's latest
+``weights_synced`` before the step, by seq, else the highest version
+dispatched before it), minus the weight version the try was dispatched with
+(``lineage``); a step with no version, or no try with a known one, has none.
+Its p50 is linear between the closest ranks, as every percentile of
+``report``.
 """
 
 from __future__ import annotations

@@ -154,8 +154,9 @@ class RunLine:
     # Events of kinds the timeline does not know that were left out (beyond
     # the first ``fold.OTHER_PER_RUN`` by seq): True when there were any.
     others_cut: bool = False
-    # The weight version the run started with (``_model.stops.start_versions``).
-    start_version: int | None = None
+    # The seq of each step -> the weight version it is judged against
+    # (``_model.stops.step_versions``; None: not known).
+    step_versions: dict[int, int | None] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -267,7 +268,8 @@ def timeline_of(ts: Model) -> Timeline:
     """The timeline of a trace set's model: its runs in the run order, each try
     an ``Attempt`` (with the fate its stop gave it), its marks and restores."""
     fates = ts.fates
-    runs = [run_line(run, fates, ts.start_versions[run.index]) for run in ts.runs]
+    versions = ts.step_versions
+    runs = [run_line(run, fates, versions[run.index]) for run in ts.runs]
     times = [r.first_time for r in runs] + [_max_time(run) for run in ts.runs]
     times += [c for r in runs for c in r.marks.captured()]
     return Timeline(
@@ -305,10 +307,12 @@ _OPEN, _SUPERSEDED = int(terms.EndKind.OPEN), int(terms.EndKind.SUPERSEDED)
 
 
 def run_line(
-    run: Run, fates: dict[tuple[int, int], Fate], start_version: int | None = None
+    run: Run,
+    fates: dict[tuple[int, int], Fate],
+    step_versions: dict[int, int | None] | None = None,
 ) -> RunLine:
     """One run as the timeline draws it; ``fates``: what the stops did to tries
-    (``Model.fates``)."""
+    (``Model.fates``); ``step_versions``: its steps' versions (``Model.step_versions``)."""
     ev = run.events
     last_time = _last_time(ev)
     line = RunLine(
@@ -319,7 +323,7 @@ def run_line(
         first_time=ev.min_time,
         last_time=last_time,
         closed=False,
-        start_version=start_version,
+        step_versions={} if step_versions is None else step_versions,
     )
     t = run.tries
     attempts = []

@@ -137,7 +137,7 @@ def html_of(tl: Timeline, *, title: str = "rollout_trace timeline") -> str:
     """The page of an already built ``Timeline``."""
     chart = draw_chart(tl)
     counts: Counter[str] = Counter(a.outcome for r in tl.runs for a in r.attempts)
-    fates: Counter[str] = Counter(a.fate for r in tl.runs for a in r.attempts if a.fate)
+    fates = _stop_counts(tl)
     try:
         origin = dt.datetime.fromtimestamp(tl.t0, tz=dt.timezone.utc).strftime(
             "%Y-%m-%d %H:%M:%S UTC"
@@ -194,7 +194,18 @@ def _note(tl: Timeline, chart: Chart) -> str:
     return note
 
 
-def _legend(counts: Counter[str], fates: Counter[str]) -> str:
+def _stop_counts(tl: Timeline) -> dict[str, int | None]:
+    """What the stops did, for the legend: each class's figure summed over the
+    stops (None, n/a, where a stop's figure is: its C unknown, say), so the
+    legend says what the figures say."""
+    out: dict[str, int | None] = {}
+    for fate in FATES:
+        values = [getattr(stop, fate) for stop in tl.stops]
+        out[fate] = None if None in values else sum(values)
+    return out
+
+
+def _legend(counts: Counter[str], fates: dict[str, int | None]) -> str:
     # Outcomes count tries; the marks of a stop count siblings under the names
     # of the figures that count them, so a word means one thing on the page.
     out = ['<div class="legends"><div class="legend"><b>tries, by how they ended:</b>']
@@ -213,13 +224,18 @@ def _legend(counts: Counter[str], fates: Counter[str]) -> str:
         swatch = svg.format(**COLOURS)
         out.append(
             f'<span title="{escape(meaning)}"><svg viewBox="0 0 14 14">{_REDO_DEFS}{swatch}</svg>'
-            f'<span class="k">{fate}</span> <span class="n">{fates.get(fate, 0):,}</span></span>'
+            f'<span class="k">{fate}</span> <span class="n">{_count(fates.get(fate, 0))}</span>'
+            "</span>"
         )
     out.append('</div><div class="legend"><b>marks:</b>')
     for svg, label in _MARKER_LEGEND:
         out.append(f'<span><svg viewBox="0 0 14 14">{svg}</svg>{label}</span>')
     out.append("</div></div>")
     return "".join(out)
+
+
+def _count(n: int | None) -> str:
+    return "n/a" if n is None else f"{n:,}"
 
 
 _OUTCOME_MEANING = {

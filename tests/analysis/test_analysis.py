@@ -511,6 +511,80 @@ def test_resuming_what_was_sealed_after_the_capture_gets_no_note() -> None:
     assert ts.notes == []
 
 
+def test_the_note_on_a_resume_counted_nowhere_is_judged_by_the_last_try() -> None:
+    # A's attempt 0 of (1,0) began at 140 and is still open at the stop, but
+    # its last try, attempt 1 (155), failed at 158: the sibling counts nowhere.
+    # B resumes attempt 0. The note must not say A did not have it open at the
+    # stop (it had attempt 0 open); it names the last try and what B resumed.
+    events = two_runs(
+        [(140.0, disp(1, 0, 0)), (155.0, disp(1, 0, 1)), (158.0, abandon(1, 0, 1, "failed"))],
+        [(216.0, resume(1, 0, 0))],
+    )
+    ts = rt.analyze(events)
+    [stop] = ts.stops
+    assert (stop.in_flight, stop.resumed, stop.restarted, stop.lost_s) == (0, 0, 0, 0.0)
+    [note] = ts.notes
+    assert note.kind == "resumed_not_in_flight"
+    assert "neither had them open" not in note.text
+    assert f"each judged by run {run_id(1)}'s last try of it" in note.text
+    assert note.text.endswith(
+        "(prompt_id 1, generation_index 0): its last try, attempt 1, was abandoned before "
+        f"the stop (run {run_id(2)} resumed attempt 0)"
+    )
+
+
+def test_a_capture_after_the_stop_cannot_be_judged() -> None:
+    # The review's case: the capturing host's clock runs ahead, so captured_at
+    # (131) comes after the line that published it (100.5) and after the stop
+    # (130). Taken as given, the resumed try (dispatched 90, open at the stop)
+    # would lose 130 - 131 = -1 s. A capture after the stop cannot be judged:
+    # every figure that needs C is null with that reason, the try's lost_s
+    # too, and a note says why.
+    a = make_run(
+        1,
+        50.0,
+        [
+            (90.0, disp(1, 0)),
+            (95.0, disp(1, 1)),
+            (100.5, snapshot(3, "/s/3", captured_at=131.0)),
+            (110.0, seal(1, 1)),
+            (130.0, step(3)),
+        ],
+    )
+    b = make_run(
+        2, 140.0, [(141.0, restore("/s/3", 3)), (142.0, restored(3)), (143.0, resume(1, 0))]
+    )
+    ts = rt.analyze(a + b)
+    [stop] = ts.stops
+    assert (stop.stop_time, stop.captured_at) == (130.0, 131.0)
+    for name in ("resumed", "resumed_s", "redone", "redone_s", "lost_s"):
+        assert getattr(stop, name) is None, name
+        assert "1.000 s after the stop" in stop.reasons[name], name
+    assert (stop.in_flight, stop.restarted, stop.thrown_away_s) == (1, 0, 0.0)
+    assert [n.kind for n in ts.notes] == ["captured_after_stop"]
+    assert ts.notes[0].run_id == run_id(2) and "clock" in ts.notes[0].text
+    fates = {(r.prompt_id, r.generation_index): (r.fate, r.lost_s) for r in ts.tries if r.run == 1}
+    assert fates == {(1, 0): ("resumed", None), (1, 1): (None, None)}
+
+
+def test_a_capture_after_its_line_but_before_the_stop_is_noted() -> None:
+    # captured_at 160 is after the snapshot_published line (151) that says it:
+    # no snapshot is published before it is captured, so a clock is off. The
+    # figures take C as given (nothing is negative: 170 - 160 for the resumed
+    # try), and a note says the capture may be misplaced.
+    a = make_run(
+        1, 100.0, [(140.0, disp(1, 0)), (151.0, snapshot(2, "/s/1", captured_at=160.0)), END]
+    )
+    b = make_run(
+        2, 200.0, [(210.0, restore("/s/1", 2)), (215.0, restored(2)), (216.0, resume(1, 0))]
+    )
+    ts = rt.analyze(a + b)
+    [stop] = ts.stops
+    assert (stop.resumed, stop.resumed_s, stop.lost_s) == (1, 10.0, 10.0) and not stop.reasons
+    [note] = ts.notes
+    assert note.kind == "captured_after_published" and "9.000 s after" in note.text
+
+
 def test_run_without_restore_is_no_stop() -> None:
     a = make_run(1, 100.0, [(160.0, disp(1, 0))], closed=170.0)
     b = make_run(2, 200.0, [(210.0, disp(1, 0))])
@@ -592,7 +666,9 @@ def trace_sets(draw: st.DrawFn) -> list[list[rt.Event]]:
                 body.append((t, step(s)))
                 if draw(st.booleans()):
                     path = f"/s/{n}/{len(snapshots)}"
-                    captured = t - draw(st.sampled_from([0.0, 3.0, 7.5]))
+                    # -40: after its own line (a capturing host's clock ahead),
+                    # often after the stop too.
+                    captured = t - draw(st.sampled_from([0.0, 3.0, 7.5, -40.0]))
                     body.append((t, snapshot(s, path, captured)))
                     snapshots.append((path, s, captured))
                 elif draw(st.booleans()):
@@ -674,7 +750,9 @@ def _oracle_stop(a: Any, b: Any, rs: rt.RestoreStarted) -> dict[str, Any]:
     }
     snaps = {e.path: e.captured_at for e in a.events if isinstance(e, rt.SnapshotPublished)}
     ckpts = {e.path: e.time for e in a.events if isinstance(e, rt.TrainerCheckpointPublished)}
-    c = snaps.get(rs.path, ckpts.get(rs.path))
+    captured_at = snaps.get(rs.path, ckpts.get(rs.path))
+    # A capture after the stop cannot be judged: as if C were unknown.
+    c = captured_at if captured_at is None or captured_at <= stop_time else None
     open_ = {k: t for k, t in last.items() if t[2] is None}
     lost: dict[str, list[float]] = {"resumed": [], "restarted": [], "redone": []}
     for k, (_, t0, end) in last.items():
@@ -708,7 +786,7 @@ def _oracle_stop(a: Any, b: Any, rs: rt.RestoreStarted) -> dict[str, Any]:
         "downtime_s": rs.time - stop_time,
         "restore_s": finished[0] - rs.time if finished else None,
         "restored_step": rs.step,
-        "captured_at": c,
+        "captured_at": captured_at,
         "in_flight": len(open_),
         "resumed": resumed,
         "resumed_s": resumed_s,
@@ -759,3 +837,5 @@ def test_property_layouts_agree_with_the_spec(runs: list[list[rt.Event]], seed: 
                 # are resumed or restarted.
                 assert s.in_flight - s.restarted <= s.resumed
                 assert s.resumed + s.restarted + (s.redone or 0) <= len(KEYS)
+    # The times run forward here, so no try loses a negative time, whatever C says.
+    assert all(r.lost_s is None or r.lost_s >= 0 for r in rt.analyze(every).tries)

@@ -217,6 +217,16 @@ VALIDATE = [
     pytest.param(
         _run(snapshot(1, "/s", -1.0)), 1, ["2: error: captured_at -1.0 is negative"], id="neg-cap"
     ),
+    # captured_at 30 s after the line that published it (the capturing host's
+    # clock ahead): a warning, as the restore-cost figures judge a stop by it.
+    pytest.param(
+        _run(snapshot(1, "/s", T0 + 31.0)),
+        0,
+        ["2: warning: captured_at 1780000031.0 is 30.000 s after the event's time"],
+        id="captured-after-published",
+    ),
+    # Captured at the very time it is published: fine.
+    pytest.param(_run(snapshot(1, "/s", T0 + 1.0)), 0, [], id="captured-as-published"),
     # captured_at on the same clock as the times (a tracer's clock=): only the
     # run's clock warning.
     pytest.param(

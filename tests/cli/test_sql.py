@@ -120,8 +120,9 @@ def test_analyze_answers_what_every_command_does() -> None:
 
 
 def test_the_steps_view_has_the_version_the_report_judges_lag_by(tmp_path: Path) -> None:
-    # One run with no weights_synced: its steps take the version it started with,
-    # its first dispatch's (3), as report's staleness does; one after a sync, that.
+    # One run with no weights_synced before its first step: that step takes the
+    # highest version dispatched before it (3, then 1), as report's staleness
+    # does; one after a sync, that.
     first = rt.AttemptDispatched(
         group_id="g", prompt_id=1, generation_index=0, attempt=0, weight_version=3
     )

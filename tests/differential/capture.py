@@ -25,7 +25,8 @@ byte, or field for field where a layout of columns depends on them):
   restarted;
 - the lag of a step with no ``weights_synced`` before it (the base's report
   shows that step's ``weight_version`` null): the new version measures it
-  from the version the run started with. So that step's entry and the run's
+  from the highest version dispatched before it (in a restored run, at
+  least that of the state it restored). So that step's entry and the run's
   staleness figures in the report, its policy-lag counters in the timeline,
   and the set's staleness; the run's other steps are compared;
 - where a stop's restored run (or a later one) starts a sibling whose last

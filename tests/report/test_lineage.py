@@ -142,15 +142,16 @@ CASES: dict[str, tuple[list[Run], dict[str, Any]]] = {
         ],
         {"lags": [(2, 0, 1.0, 1.0)], "set_tries": {"2": 2}},
     ),
-    # No weights_synced in the run: a step is judged against the version the run
-    # started with, its first dispatch's (3): lag 0 (it was unknown).
+    # No weights_synced in the run: a step is judged against the highest version
+    # dispatched before it (3): lag 0 (it was unknown).
     "no_sync_the_first_dispatch_gives_the_version": (
         [Run([(1.0, d(1, 0, 3, "G")), (2.0, sealed(1, 0, "G")), (3.0, trained(1, "G"))])],
         {"lags": [(1, 0, 0.0, 0.0)], "set_tries": {"1": 1}},
     ),
     # A restored run with no weights_synced starts with the version of the state
     # it restored: A's latest sync at or before the capture (1), not the one A
-    # synced after it (2), nor B's first dispatch's (5). B trains G: lag 0.
+    # synced after it (2). B trains G (lag 0); then B dispatches at 5, so the
+    # weights are at 5 at least: G trained again has lag 4.
     "no_sync_after_a_restore_the_restored_version": (
         [
             Run(
@@ -162,9 +163,80 @@ CASES: dict[str, tuple[list[Run], dict[str, Any]]] = {
                     (5.0, synced(2)),
                 ]
             ),
-            Run([*RESTORE, (103.0, d(2, 0, 5, "H")), (104.0, trained(1, "G"))], closed_at=105.0),
+            Run(
+                [
+                    *RESTORE,
+                    (103.0, trained(1, "G")),
+                    (104.0, d(2, 0, 5, "H")),
+                    (105.0, trained(2, "G")),
+                ],
+                closed_at=106.0,
+            ),
         ],
-        {"lags": [(0, 0, None, None), (1, 0, 0.0, 0.0)], "set_tries": {"1": 1, "unsealed": 1}},
+        {
+            "lags": [(0, 0, None, None), (2, 0, 2.0, 4.0)],
+            "versions": [[1, 5]],
+            "set_tries": {"1": 1, "unsealed": 1},
+        },
+    ),
+    # No weights_synced anywhere, and the dispatches' versions advance: A
+    # dispatches at 1, 2 and 3, training each group after it; a step is judged
+    # against the highest version dispatched before it, so every lag is 0 (they
+    # were -1 and -2 against the first dispatch's). B restores a capture taken
+    # after A's last dispatch, so it starts at 3, dispatches at 3 and trains
+    # G3 and G4: lags 0 (they were -2).
+    "no_sync_the_highest_dispatch_gives_the_version": (
+        [
+            Run(
+                [
+                    (10.0, d(1, 0, 1, "G1")),
+                    (11.0, sealed(1, 0, "G1")),
+                    (12.0, trained(1, "G1")),
+                    (40.0, d(2, 0, 2, "G2")),
+                    (41.0, sealed(2, 0, "G2")),
+                    (42.0, trained(2, "G2")),
+                    (70.0, d(3, 0, 3, "G3")),
+                    (71.0, sealed(3, 0, "G3")),
+                    (72.0, trained(3, "G3")),
+                    (101.0, rt.SnapshotPublished(step=3, path="/s", captured_at=100.0)),
+                ]
+            ),
+            Run(
+                [
+                    *RESTORE,
+                    (103.0, trained(4, "G3")),
+                    (104.0, d(4, 0, 3, "G4")),
+                    (105.0, sealed(4, 0, "G4")),
+                    (106.0, trained(5, "G3", "G4")),
+                ],
+                closed_at=107.0,
+            ),
+        ],
+        {
+            "lags": [(3, 0, 0.0, 0.0), (3, 0, 0.0, 0.0)],
+            "versions": [[1, 2, 3], [3, 3]],
+            "set_tries": {"1": 4},
+        },
+    ),
+    # Captured at 50, before A dispatched at 3: B starts with the highest
+    # version A had dispatched by then (2), so G2 trained in B has lag 0 (it
+    # was -1 against A's first dispatch's).
+    "no_sync_after_a_restore_the_highest_dispatch_before_the_capture": (
+        [
+            Run(
+                [
+                    (10.0, d(1, 0, 1, "G1")),
+                    (11.0, sealed(1, 0, "G1")),
+                    (40.0, d(2, 0, 2, "G2")),
+                    (41.0, sealed(2, 0, "G2")),
+                    (51.0, rt.SnapshotPublished(step=0, path="/s", captured_at=50.0)),
+                    (70.0, d(3, 0, 3, "G3")),
+                    (71.0, sealed(3, 0, "G3")),
+                ]
+            ),
+            Run([*RESTORE, (103.0, trained(1, "G2"))], closed_at=104.0),
+        ],
+        {"lags": [(0, 0, None, None), (1, 0, 0.0, 0.0)], "versions": [[2]], "set_tries": {"1": 3}},
     ),
     # A sealed the sibling at 3, before the capture at 3.5: the restored state
     # holds it, so B trying it again begins a new use (it was one use, 2 tries).
@@ -219,6 +291,15 @@ def test_what_crosses_a_stop(tmp_path: Path, case: str) -> None:
             for r in report.runs
         ]
         assert got == want["lags"]
+    if "versions" in want:
+        # The steps view says the version each step is judged against, as the report does.
+        ts = rt.analyze(write_runs(tmp_path / "again", runs))
+        by_run = [
+            [s["weight_version"] for s in ts.to_arrow("steps").to_pylist() if s["run"] == n]
+            for n in range(1, len(runs) + 1)
+        ]
+        in_report = [[s.weight_version for s in r.staleness.steps] for r in report.runs]
+        assert [v for v in by_run if v] == [v for v in in_report if v] == want["versions"]
     if "missing" in want:
         assert [s.missing_groups for r in report.runs for s in r.staleness.steps] == want["missing"]
     if "run_tries" in want:

@@ -24,7 +24,6 @@ from typing import Any
 
 import fsspec
 import pytest
-from rollout_trace.sinks.objects import AzureSink, GcsSink, S3Sink
 from s3server import BUCKET, S3Server
 from tracecheck import check_runs, only_run
 from writing.harness import DRIVERS, Driver, Handle
@@ -34,6 +33,7 @@ from rollout_trace._writing import specs
 from rollout_trace._writing.specs import parse_uri
 from rollout_trace.sinks import MemorySink
 from rollout_trace.sinks import objects as sinks_objects
+from rollout_trace.sinks.objects import AzureSink, GcsSink, S3Sink
 
 LIFECYCLE = ("trace_opened", "trace_closed")
 # The async tracer (asyncio) and the sync tracer: one sink's thread, or the

@@ -28,7 +28,6 @@ import msgspec
 import pytest
 from forward_proxy import Proxy
 from otlp_receiver import Receiver
-from rollout_trace.sinks.otlp import OtlpExportError, OtlpHttpSink, OtlpHttpsSink
 from samples import dispatched
 from writing.harness import DRIVERS, IDS, Driver, Handle
 
@@ -36,6 +35,7 @@ import rollout_trace as rt
 from rollout_trace._writing.specs import parse_uri
 from rollout_trace.sinks import MemorySink
 from rollout_trace.sinks import otlp as sinks_otlp
+from rollout_trace.sinks.otlp import OtlpExportError, OtlpHttpSink, OtlpHttpsSink
 
 RUN = "0123456789abcdef0123456789abcdef"
 LIFECYCLE = ("trace_opened", "trace_closed")

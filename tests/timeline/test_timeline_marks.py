@@ -166,6 +166,67 @@ def test_a_resumed_try_is_hatched_from_the_capture_and_a_redone_one_whole() -> N
     assert "redone" in args[2]
 
 
+def _stop_legend(page: str) -> dict[str, str]:
+    """The legend's entries for what a stop did: class -> what it shows (a count or n/a)."""
+    parser = _Legend()
+    parser.feed(page)
+    out = {}
+    for entry in parser.entries:
+        m = re.fullmatch(r"(resumed|restarted|redone) ([\d,]+|n/a)", entry)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def test_the_legend_says_n_a_where_a_stop_s_figure_is_n_a() -> None:
+    # B restores a path A never published, so C is unknown: the try open at the
+    # stop is resumed, but resumed and redone are n/a (they need C), and the
+    # legend must not print counts the figures do not give.
+    a = make_run(1, 100.0, [(101.0, disp(1, 0)), (102.0, disp(2, 0)), (103.0, seal(2, 0))])
+    b = make_run(2, 110.0, [(111.0, restore("/elsewhere", 1)), (112.0, resume(1, 0))])
+    [stop] = rt.restore_costs(a + b)
+    assert (stop.resumed, stop.restarted, stop.redone) == (None, 0, None)
+    legend = _stop_legend(rt.timeline_html(a + b))
+    assert legend == {"resumed": "n/a", "restarted": "0", "redone": "n/a"}
+
+
+def test_the_legend_sums_the_figures_of_every_stop() -> None:
+    # Two stops, each judged by its own capture: 2 + 1 resumed, 0 + 2 redone.
+    a = make_run(
+        1,
+        100.0,
+        [
+            (140.0, disp(2, 0)),
+            (151.0, snapshot(2, "/s/1", 150.0)),
+            (155.0, seal(2, 0)),
+            (160.0, disp(1, 0)),
+            (170.0, step(2)),
+        ],
+    )
+    b = make_run(
+        2,
+        200.0,
+        [
+            (210.0, restore("/s/1", 2)),
+            (215.0, restored(2)),
+            (216.0, resume(1, 0)),
+            (217.0, resume(2, 0)),
+            (230.0, snapshot(3, "/s/2", 229.0)),
+            (235.0, seal(2, 0)),
+            (240.0, disp(3, 0)),
+            (245.0, seal(3, 0)),
+            (250.0, step(3)),
+        ],
+    )
+    c = make_run(
+        3, 300.0, [(310.0, restore("/s/2", 3)), (311.0, restored(3)), (312.0, resume(1, 0))]
+    )
+    stops = rt.restore_costs(a + b + c)
+    assert [(s.resumed, s.restarted, s.redone) for s in stops] == [(2, 0, 0), (1, 0, 2)]
+    legend = _stop_legend(rt.timeline_html(a + b + c))
+    assert legend == {"resumed": "3", "restarted": "0", "redone": "2"}
+
+
 def test_the_document_says_the_same_per_attempt(example_stop: Any) -> None:
     doc = rt.timeline_document(rt.read(EXAMPLE))
     args = [e["args"] for e in doc["traceEvents"] if e["ph"] == "b"]

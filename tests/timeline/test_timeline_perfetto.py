@@ -412,9 +412,9 @@ def _dispatched(p: int, g: int, version: int) -> rt.AttemptDispatched:
         ([3], [3, 1, 0, 2], [], (3, 1.5)),  # lags 0, 2, 3, 1: p50 linear, as report's
         ([1, 4], [2, 4], [], (2, 1.0)),  # the latest sync before the step counts
         ([1], [1], [9], (0, 0)),  # a sync after the step does not
-        # no sync before the step: the version the run started with, its first
-        # dispatch's (0), counts: lags 0 and -1
-        ([], [0, 1], [2], (0, -0.5)),
+        # no sync before the step: the highest version dispatched before it (1)
+        # counts: lags 1 and 0 (they were 0 and -1, against the first dispatch's)
+        ([], [0, 1], [2], (1, 0.5)),
     ],
 )
 def test_policy_lag_of_a_step_by_hand(
