@@ -497,11 +497,12 @@ class S3Sink(ObjectStoreSink):
     def _client_options(self, conf: Mapping[str, Any]) -> dict[str, Any]:
         # Short attempts, so that a call fails within timeout_s rather than
         # being cut there: botocore's default retries of a refused connection
-        # take 7 s and its read timeout is 60 s. fsspec's configuration wins.
+        # take 7 s. Its read timeout is timeout_s: a refusal that comes late,
+        # but within it, still decides the open. fsspec's configuration wins.
         mine: dict[str, Any] = {
             "retries": {"total_max_attempts": 2, "mode": "standard"},
-            "connect_timeout": 3,
-            "read_timeout": 20,
+            "connect_timeout": min(3.0, self._timeout_s),
+            "read_timeout": self._timeout_s,
         }
         theirs = dict(conf.get(self.protocol, {}).get("config_kwargs", {}))
         return {"config_kwargs": {**mine, **theirs}}

@@ -99,8 +99,10 @@ class OtlpHttpSink(Sink):
     as curl and the OpenTelemetry exporters have it.
 
     ``close()`` may come from another thread while a write given up as hung
-    is still under way: it wakes that write, which then raises and leaves
-    no connection open.
+    is still sending or waiting for its answer: it wakes that write, which
+    then raises and leaves no connection open (the one socket call here: a
+    shutdown, as urllib3's own ``HTTPResponse.shutdown`` does). A write
+    still connecting ends at its own ``timeout_s``.
     """
 
     options = frozenset({"timeout_s", "compression"})

@@ -25,6 +25,7 @@ INTEGRATION = frozenset(
         "sinks/test_sink_contract.py",
         "test_docs.py",
         "test_faults.py",
+        "test_packaging.py",
         "test_ray.py",
         "test_sync.py",
         "timeline/test_timeline.py",

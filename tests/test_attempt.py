@@ -323,3 +323,42 @@ def test_the_readme_s_attempt_example_runs_and_writes_one_end_per_try(tmp_path: 
         text=True,
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_try_still_running_at_the_close_ends_in_the_run_as_cancelled(
+    tmp_path: Path, trace_log: pytest.LogCaptureFixture
+) -> None:
+    # gather() raises at the first failure without cancelling the others:
+    # `async with` closes the tracer while two tries still run.
+    path = tmp_path / "t.jsonl"
+
+    async def sibling(t: rt.Tracer, index: int, go: asyncio.Event) -> None:
+        async with t.attempt(**{**IDS_OF, "generation_index": index, "attempt": 0}) as a:
+            if index == 0:
+                raise ValueError("worker died")
+            await go.wait()
+            a.seal()  # after the close: does nothing, raises nothing
+
+    async def main() -> None:
+        go = asyncio.Event()
+        others: list[asyncio.Future[Any]] = []
+        with pytest.raises(ValueError, match="worker died"):
+            async with rt.tracer(str(path)) as t:
+                tasks = [asyncio.ensure_future(sibling(t, i, go)) for i in range(3)]
+                others = tasks[1:]
+                await asyncio.gather(*tasks)
+        go.set()
+        await asyncio.gather(*others)  # their blocks end quietly
+
+    asyncio.run(main())
+    written = list(rt.read(path))
+    assert ends(written) == [
+        ("attempt_dispatched", 0, 0, None),
+        ("attempt_abandoned", 0, 0, "failed"),
+        ("attempt_dispatched", 1, 0, None),
+        ("attempt_dispatched", 2, 0, None),
+        ("attempt_abandoned", 1, 0, "cancelled"),
+        ("attempt_abandoned", 2, 0, "cancelled"),
+    ]
+    assert isinstance(written[-1], rt.TraceClosed) and written[-1].dropped == 0
+    assert trace_log.records == []

@@ -81,3 +81,21 @@ def test_an_open_tracer_s_emit_carries_the_docstring() -> None:
         assert t.emit.__doc__ == rt.SyncTracer.emit.__doc__
         rt.SyncTracer.emit(t, rt.WeightsSynced(weight_version=1))  # through the class
     assert t.counts.written == 1
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: rt.tracer(enabled=False),
+        lambda: rt.sync_tracer(enabled=False),
+        lambda: rt.tracer("memory://"),  # no run open yet
+    ],
+    ids=["disabled-async", "disabled-sync", "not-open"],
+)
+def test_every_emit_a_tracer_holds_says_the_contract_and_refuses_a_non_event(make: Any) -> None:
+    t = make()
+    assert t.emit.__doc__ == rt.Tracer.emit.__doc__
+    assert "Record ``ev``" in pydoc.render_doc(t.emit, renderer=pydoc.plaintext)
+    # Off or on, the same mistake is refused at once.
+    with pytest.raises(TypeError, match=r"emit\(\) takes a rollout_trace\.Event"):
+        t.emit({"event": "step_trained"})

@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 from importlib.metadata import entry_points
 from importlib.resources import files
 from pathlib import Path
@@ -72,3 +74,23 @@ def test_public_names_are_exactly_all() -> None:
     public = {n for n in dir(rt) if not n.startswith("_")} - {"testing"}
     modules = {n for n in public if type(getattr(rt, n)).__name__ == "module"}
     assert public - modules == set(rt.__all__) - {"__version__"}
+
+
+def test_the_sdist_builds_a_wheel_with_the_sinks_inside_the_package(tmp_path: Path) -> None:
+    # `python -m build` makes the sdist, then the wheel from it: a release's path.
+    root = Path(__file__).parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(tmp_path), str(root)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (sdist,) = tmp_path.glob("*.tar.gz")
+    (wheel,) = tmp_path.glob("*.whl")
+    with tarfile.open(sdist) as tar:
+        top = {n.split("/", 2)[1] for n in tar.getnames() if n.count("/") >= 2}
+    assert {"sinks", "rollout_trace"} <= top  # the repository's layout
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "rollout_trace/sinks/otlp.py" in names
+    assert not [n for n in names if n.startswith("sinks/")]  # no top-level name

@@ -217,7 +217,7 @@ def report_problems(problems: Sequence[ReadProblem], total: int | None = None) -
     if more > 0:
         print(
             f"rollout-trace: ... and {more:,} more bad line(s) "
-            "(rollout-trace validate lists every one)",
+            "(rollout-trace validate says where each is)",
             file=stream,
         )
 

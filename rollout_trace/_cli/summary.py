@@ -37,7 +37,7 @@ file (two file sinks of one tracer, a copied file) counts once, in read_twice.
 Lines of one (run_id, seq) that differ (a conflicting copy) are counted in
 conflicts, and each version in events. Runs are listed in the order of their
 trace_opened times. Bad lines go to standard error, the first few of them;
-rollout-trace validate lists every one.
+rollout-trace validate says where each is.
 """
 
 

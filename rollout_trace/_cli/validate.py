@@ -131,8 +131,8 @@ def verdict(said: _Said, v: Checker, files: int) -> str:
         if not v.lines:
             return f"not valid: not a trace: the {files} file(s) hold no line: {counts}"
         return (
-            f"not valid: not a trace: not one of the {v.lines:,} lines in {files} file(s) "
-            f"is an event: {counts}"
+            f"not valid: not a trace: no line of the {files} file(s) is an event "
+            f"({v.lines:,} line(s)): {counts}"
         )
     ok = "valid" if not said.errors else "not valid"
     return f"{ok}: {v.lines:,} lines, {v.runs} runs: {counts}"

@@ -65,7 +65,7 @@ def not_an_event_type(cls: type[Any], shown: str = "") -> TypeError:
     class; ``shown`` is the object's repr (with its leading ": "), if known."""
     if not shown and isinstance(cls, type) and issubclass(cls, type):
         shown = " (a class: emit an instance of it)"
-    return TypeError(f"emit() takes an rollout_trace.Event, not {cls.__qualname__}{shown}")
+    return TypeError(f"emit() takes a rollout_trace.Event, not {cls.__qualname__}{shown}")
 
 
 def _finished(cls: type[Any]) -> bool:

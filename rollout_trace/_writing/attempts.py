@@ -56,6 +56,9 @@ class _Tracer(Protocol):
 
     def _unchosen(self, name: str) -> None: ...
 
+    @property
+    def _attempts(self) -> dict[Attempt, None]: ...
+
 
 class Attempt:
     """One try of one sibling, from its dispatch to its one end event.
@@ -81,7 +84,7 @@ class Attempt:
     Every call is O(1) and never blocks (each is one ``emit``).
     """
 
-    __slots__ = ("_entered", "_ids", "_outcome", "_tracer", "_weight_version")
+    __slots__ = ("_closed_out", "_entered", "_ids", "_outcome", "_tracer", "_weight_version")
 
     def __init__(
         self,
@@ -97,6 +100,7 @@ class Attempt:
         self._weight_version = weight_version
         self._entered = False
         self._outcome: Outcome | None = None
+        self._closed_out = False  # ended by the tracer's close (``close_out``)
 
     # --- what the body sees ------------------------------------------------------
 
@@ -153,9 +157,20 @@ class Attempt:
         )
         # Only now: a dispatch that strict mode refused leaves nothing to end.
         self._entered = True
+        self._tracer._attempts[self] = None
         return self
 
+    def close_out(self) -> None:
+        """End a try still running when its tracer closes, as ``cancelled``,
+        so that its end is in the run; what the body does with it after that
+        does nothing (the tracer is closed)."""
+        if self._outcome is None and self._entered:
+            self._end("cancelled")
+            self._closed_out = True
+
     def _end(self, outcome: Outcome, refusal: str = "") -> None:
+        if self._closed_out:
+            return
         if self._outcome is not None:
             raise TracerStateError(
                 f"{self._name()} has ended already ({self._outcome}): an attempt ends "
@@ -167,6 +182,7 @@ class Attempt:
                 "`async with t.attempt(...) as a:` (or `with` on a sync tracer)"
             )
         self._outcome = outcome
+        self._tracer._attempts.pop(self, None)
         group_id, prompt_id, generation_index, attempt = self._ids
         ev: Event
         if outcome == "sealed":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -14,7 +13,7 @@ from .._schema.encoding import encode_one
 from .._schema.reasons import non_finite_in, show
 from .specs import ENV_VAR, SinkSpec, capture_override, parse_uri, uris_from_env
 
-__all__ = ["TracerConfig", "TraceCounts", "noop_emit"]
+__all__ = ["TracerConfig", "TraceCounts"]
 
 # Events held at most (about 36 MiB of attempt_dispatched events when full).
 # A thread emitting flat out outruns a writer thread that shares the GIL with
@@ -30,9 +29,6 @@ DEFAULT_CLOSE_TIMEOUT = 10.0
 # ``emit`` of a disabled tracer. A C method that takes one object and keeps
 # nothing (a deque of length 0 discards at once) costs about half of a call
 # to an empty Python function.
-noop_emit: Callable[[Any], None] = deque(maxlen=0).append
-
-
 def _positive(name: str, value: Any, kind: type, *, infinite: bool = False) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
         raise TypeError(f"{name} must be a {kind.__name__}, not {type(value).__name__}: {value!r}")

@@ -49,7 +49,7 @@ from .._errors import EventTagError, InvalidEventError, SinkOpenError, TracerSta
 from .._internals import peek_count
 from .._schema.encoding import refusal
 from .._schema.events import Event, tag_of
-from .._schema.registry import REGISTRY
+from .._schema.registry import REGISTRY, not_an_event_type
 from . import hooks
 from .attempts import Attempt
 from .config import (
@@ -59,7 +59,6 @@ from .config import (
     DEFAULT_FLUSH_INTERVAL,
     TraceCounts,
     TracerConfig,
-    noop_emit,
 )
 from .engine import (
     Engine,
@@ -307,6 +306,13 @@ class WriterRun:
         self.engine.notify()
 
 
+def _disabled_emit(ev: Event) -> None:
+    # A disabled tracer writes nothing, yet refuses what an enabled one
+    # refuses: a mistake must not wait for $ROLLOUT_TRACE to show.
+    if not isinstance(ev, Event):
+        raise not_an_event_type(type(ev))
+
+
 class _TracerCore:
     """Everything a tracer is but the waiting: its configuration and state,
     ``emit``, the run's queue and writer thread, and the steps of opening,
@@ -323,11 +329,14 @@ class _TracerCore:
         self._state = State.NEW
         self._sinks: list[Sink] = []
         self._report = EmitReport()
+        # The t.attempt(...) blocks running, in dispatch order: ended at the
+        # close (``close_out``).
+        self._attempts: dict[Attempt, None] = {}
         self.run_id = None
         # The open run's: the tracer's own, or that of a strict capture_events().
         self._strict = config.strict
         if not config.enabled:
-            self._set_emit(noop_emit)
+            self._set_emit(_disabled_emit)
             return
         self._lock = threading.RLock()
         self._pid = os.getpid()  # the process the tracer's runs are of
@@ -581,9 +590,9 @@ class _TracerCore:
             self._report.not_open(closed=True)
 
     def _emit_idle(self, ev: Event) -> None:
-        """``emit`` while no run is open: opens one (the sync tracer's first
-        emit), hands on to the open run's (a caller held this method from
-        before the open), or counts the event as outside any run."""
+        # ``emit`` while no run is open: opens one (the sync tracer's first
+        # emit), hands on to the open run's (a caller held this method from
+        # before the open), or counts the event as outside any run.
         if type(ev) not in REGISTRY.emit_types:
             REGISTRY.emit_type(type(ev))  # raises for anything that cannot be emitted
         if self._state is State.NEW and not self._forked():
@@ -796,6 +805,11 @@ class _TracerCore:
         if not self._config.enabled:
             return None
         self._forked()  # before the lock: in a forked child, the parent's may be held
+        if self._state in _RUNNING:
+            # A try still running (a sibling that gather() did not cancel)
+            # ends in the run, as cancelled, rather than go unended.
+            for running in list(self._attempts):
+                running.close_out()
         with self._lock:
             if self._state is State.NEW:
                 # Closed before it ever opened: a later emit opens nothing.
@@ -1081,6 +1095,11 @@ def _running_loop() -> weakref.ref[asyncio.AbstractEventLoop] | None:
     """The asyncio loop running in this thread, if any (``Engine.went_idle``)."""
     loop = asyncio._get_running_loop()  # None in a thread, or under trio
     return None if loop is None else weakref.ref(loop)
+
+
+# What help(t.emit) shows, whichever emit a tracer holds now (disabled, no
+# run open, or its run's own).
+_disabled_emit.__doc__ = _TracerCore._emit_idle.__doc__ = _TracerCore.emit.__doc__
 
 
 class SyncTracer(_TracerCore):

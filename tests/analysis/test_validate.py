@@ -367,7 +367,7 @@ def test_a_file_that_is_no_trace_is_not_valid(
     *findings, verdict = capsys.readouterr().out.splitlines()
     assert len(findings) == 1, findings
     assert findings[0].startswith(f"{path}: error: not a trace: none of its {expected}"), findings
-    assert verdict.startswith("not valid: not a trace: not one of the "), verdict
+    assert verdict.startswith("not valid: not a trace: no line of the "), verdict
     assert verdict.endswith(": 1 error(s), 0 warning(s)"), verdict
 
 

@@ -289,8 +289,8 @@ def test_bad_lines_on_stderr_are_the_first_ten_and_a_count(
     assert shown == [f"rollout-trace: {path}:{n}: skipped: not JSON: JSON is malformed: "
                      "invalid character (byte 0)" for n in range(4, 14)]  # fmt: skip
     more = [line for line in err if line.startswith("rollout-trace: ...")]
-    assert more == ["rollout-trace: ... and 20 more bad line(s) (rollout-trace validate lists "
-                    "every one)"]  # fmt: skip
+    assert more == ["rollout-trace: ... and 20 more bad line(s) (rollout-trace validate says "
+                    "where each is)"]  # fmt: skip
 
 
 @pytest.mark.parametrize("command", ["cost", "timeline"])

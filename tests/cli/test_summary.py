@@ -117,7 +117,8 @@ def test_a_huge_seq_costs_no_memory(tmp_path: Path, capsys: pytest.CaptureFixtur
             25,
             "no runs: 25 lines read from 1 file(s), 25 of them bad; not one line is a trace event",
             10,
-            "rollout-trace: ... and 15 more bad line(s) (rollout-trace validate lists every one)",
+            "rollout-trace: ... and 15 more bad line(s) "
+            "(rollout-trace validate says where each is)",
             id="log",
         ),
         # A binary of NUL bytes: one line, torn.
