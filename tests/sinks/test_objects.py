@@ -525,10 +525,11 @@ def test_an_upload_just_before_the_sink_stops_counts_as_written(
 def test_a_slow_store_is_not_taken_for_a_hung_one(
     driver: Driver, s3: S3Server, prefix: str, trace_log: pytest.LogCaptureFixture
 ) -> None:
-    # Each upload takes about 0.3 s, within timeout_s; one batch ends some
-    # 13 segments, which one call would upload in 4 s, past close_timeout.
-    uri = f"s3://{BUCKET}/{prefix}/t.jsonl?rotate_mb=0.02&timeout_s=1"
-    close_timeout = 2.0
+    # Each upload takes about 0.3 s, well within timeout_s (a loaded machine
+    # doubles it); one batch ends some 13 segments, which one call would
+    # upload in 4 s, past close_timeout.
+    uri = f"s3://{BUCKET}/{prefix}/t.jsonl?rotate_mb=0.02&timeout_s=2"
+    close_timeout = 3.0
 
     async def scenario(h: Handle) -> int:
         s3.proxy.delay = 0.15
