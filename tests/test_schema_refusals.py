@@ -154,7 +154,7 @@ def test_emit_type_settles_a_class_defined_last() -> None:
 
 @pytest.mark.parametrize("thing", [dict, int, rt.Event, msgspec.Struct, type(rt.WeightsSynced)])
 def test_emit_type_of_what_is_no_event_class(thing: type) -> None:
-    with pytest.raises(TypeError, match=r"takes an rollout_trace\.Event") as info:
+    with pytest.raises(TypeError, match=r"takes a rollout_trace\.Event") as info:
         REGISTRY.emit_type(thing)
     assert not isinstance(info.value, rt.EventTagError)
 

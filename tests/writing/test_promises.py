@@ -852,7 +852,7 @@ def test_the_flush_interval_writes_a_partial_batch(driver: Driver, tmp_path: Pat
 @drivers
 def test_emitting_a_non_event_is_a_type_error_at_once(driver: Driver, thing: Any) -> None:
     async def scenario(h: Handle) -> None:
-        with pytest.raises(TypeError, match=r"takes an rollout_trace\.Event"):
+        with pytest.raises(TypeError, match=r"takes a rollout_trace\.Event"):
             h.emit(thing)
         h.emit(dispatched(1))  # and the tracer goes on
 
