@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -27,6 +26,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from examples import clean_env as _env
+from examples import cli as _cli
+from examples import fenced_after as _fenced_after
 from markdown.extensions.toc import slugify
 
 import rollout_trace as rt
@@ -72,22 +74,6 @@ def blocks_of(page: Path) -> list[Block]:
 BLOCKS = [block for page in PAGES for block in blocks_of(page)]
 TO_RUN = [b for b in BLOCKS if FRAGMENT not in b.markers]
 FRAGMENTS = [b for b in BLOCKS if FRAGMENT in b.markers]
-
-
-def _env() -> dict[str, str]:
-    # A tracer with no URI reads $ROLLOUT_TRACE: the examples name their own sinks.
-    return {k: v for k, v in os.environ.items() if k != "ROLLOUT_TRACE"}
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rollout_trace", *args],
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _run(block: Block, folder: Path) -> subprocess.CompletedProcess[str]:
@@ -247,13 +233,6 @@ def _events(path: Path) -> list[rt.Event]:
     events = [ev for ev in rt.read(path, problems=problems) if isinstance(ev, rt.Event)]
     assert problems == []
     return sorted(events, key=lambda ev: (ev.run_id, ev.seq))
-
-
-def _fenced_after(text: str, anchor: str, lang: str) -> str:
-    """The body of the first ```lang block after ``anchor``."""
-    match = re.compile(rf"^```{lang}\n(.*?)^```$", re.S | re.M).search(text, text.index(anchor))
-    assert match is not None, f"no ```{lang} block after {anchor!r}"
-    return match.group(1)
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ lives in ``docs/`` (tests/test_docs.py runs its code).
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from examples import cli as _cli
+from examples import fenced_after as _fenced_after
+from examples import run_python as _python
 from markdown.extensions.toc import slugify
 
 import rollout_trace as rt
@@ -32,14 +32,6 @@ def _readme() -> str:
     return README.read_text(encoding="utf-8")
 
 
-def _fenced_after(text: str, anchor: str, lang: str) -> str:
-    """The body of the first ```lang block after ``anchor``."""
-    at = text.index(anchor)
-    match = re.compile(rf"^```{lang}\n(.*?)^```$", re.S | re.M).search(text, at)
-    assert match is not None, f"no ```{lang} block after {anchor!r}"
-    return match.group(1)
-
-
 def example_code(name: str, text: str | None = None) -> str:
     text = _readme() if text is None else text
     marker = f"<!-- example: {name} -->"
@@ -49,33 +41,6 @@ def example_code(name: str, text: str | None = None) -> str:
     after = re.sub(r"^\n(<!--.*?-->\n)*", "\n", text[text.index(marker) + len(marker) :])
     assert after.startswith("\n```python\n"), f"{marker!r} must be followed by a ```python block"
     return _fenced_after(text, marker, "python")
-
-
-def _env() -> dict[str, str]:
-    # A tracer with no URI reads $ROLLOUT_TRACE: the examples name their own sinks.
-    return {k: v for k, v in os.environ.items() if k != "ROLLOUT_TRACE"}
-
-
-def _python(script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rollout_trace", *args],
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="module")

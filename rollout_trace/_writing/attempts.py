@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from types import TracebackType
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .._errors import TracerStateError
 from .._schema.events import (
@@ -132,6 +132,16 @@ class Attempt:
 
     # --- the lifecycle -----------------------------------------------------------
 
+    def _fields(self) -> dict[str, Any]:
+        """The try's identity, as the fields of its events."""
+        group_id, prompt_id, generation_index, attempt = self._ids
+        return {
+            "group_id": group_id,
+            "prompt_id": prompt_id,
+            "generation_index": generation_index,
+            "attempt": attempt,
+        }
+
     def _name(self) -> str:
         group_id, prompt_id, generation_index, attempt = self._ids
         return (
@@ -145,16 +155,7 @@ class Attempt:
                 f"{self._name()} was dispatched already: enter each t.attempt(...) once "
                 "(a retry is a new t.attempt(..., attempt=n + 1))"
             )
-        group_id, prompt_id, generation_index, attempt = self._ids
-        self._tracer.emit(
-            AttemptDispatched(
-                group_id=group_id,
-                prompt_id=prompt_id,
-                generation_index=generation_index,
-                attempt=attempt,
-                weight_version=self._weight_version,
-            )
-        )
+        self._tracer.emit(AttemptDispatched(**self._fields(), weight_version=self._weight_version))
         # Only now: a dispatch that strict mode refused leaves nothing to end.
         self._entered = True
         self._tracer._attempts[self] = None
@@ -183,31 +184,14 @@ class Attempt:
             )
         self._outcome = outcome
         self._tracer._attempts.pop(self, None)
-        group_id, prompt_id, generation_index, attempt = self._ids
+        ids = self._fields()
         ev: Event
         if outcome == "sealed":
-            ev = AttemptSealed(
-                group_id=group_id,
-                prompt_id=prompt_id,
-                generation_index=generation_index,
-                attempt=attempt,
-            )
+            ev = AttemptSealed(**ids)
         elif outcome == "refused":
-            ev = AttemptRefused(
-                group_id=group_id,
-                prompt_id=prompt_id,
-                generation_index=generation_index,
-                attempt=attempt,
-                reason=refusal,
-            )
+            ev = AttemptRefused(**ids, reason=refusal)
         else:
-            ev = AttemptAbandoned(
-                group_id=group_id,
-                prompt_id=prompt_id,
-                generation_index=generation_index,
-                attempt=attempt,
-                reason=outcome,
-            )
+            ev = AttemptAbandoned(**ids, reason=outcome)
         self._tracer.emit(ev)
 
     def _exit(self, exc: BaseException | None) -> None:
