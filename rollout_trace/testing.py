@@ -14,10 +14,22 @@ to memory instead, and the block's value gives the events back, typed::
 Events show up once written: after the tracer's ``flush()`` or close.
 ``capture_events(strict=True)`` also makes every tracer opened inside the
 block raise at ``emit`` for an event it would otherwise count invalid.
+
+``MockClock`` is a clock for the tracer's deadlines (``deadline_clock=``):
+it stands still until the test moves it, so a test of a close that gives
+up, a flush that times out or a hung sink is exact and takes no time::
+
+    clock = MockClock()
+    t = rt.sync_tracer(uri_of_a_sink_that_hangs, close_timeout=5, deadline_clock=clock)
+    ...                         # emit; the sink hangs in a write
+    closer = threading.Thread(target=t.close); closer.start()
+    clock.advance(5.0)          # to the close's deadline, once the close began
+    closer.join()               # the close gives the run up within 50 ms
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar, overload
@@ -30,7 +42,7 @@ from ._schema.decoding import UnknownEvent, decode_line
 from ._schema.events import LIFECYCLE_EVENTS, Event, tag_of
 from ._writing.specs import capture_override, capture_strict
 
-__all__ = ["CapturedEvents", "capture_events"]
+__all__ = ["CapturedEvents", "MockClock", "capture_events"]
 
 E = TypeVar("E", bound=Event)
 
@@ -108,3 +120,31 @@ def capture_events(*, strict: bool = False) -> Iterator[CapturedEvents]:
     finally:
         at = capture_override.index(captured._new_sink)
         del capture_override[at], capture_strict[at]
+
+
+class MockClock:
+    """A clock that moves only when told to (``advance``), for ``deadline_clock=``.
+
+    Modelled on trio's ``MockClock``: calling it returns its time in seconds
+    (``start``, 1000.0 unless given), which ``advance(seconds)`` moves forward;
+    any thread may read or advance it. The tracer's waits go on polling in
+    real time (every 50 ms at most): a deadline the clock is moved past ends
+    its wait at the next poll, and none that it is not moved past ever ends.
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = float(start)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` (>= 0) forward."""
+        if not seconds >= 0:  # NaN too
+            raise ValueError(f"a clock only goes forward: advance({seconds!r})")
+        with self._lock:
+            self._now += seconds
+
+    def __repr__(self) -> str:
+        return f"MockClock({self._now!r})"

@@ -60,9 +60,11 @@ class StuckSink(MemorySink):
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         super().__init__(location, options)
         self.ok = int(options.get("ok", "1"))
+        self.hung = threading.Event()  # set once a write hangs
 
     def write(self, data: bytes) -> None:
         if self.ok <= 0:
+            self.hung.set()
             threading.Event().wait()  # for ever: the thread is a daemon
         self.ok -= 1
         super().write(data)

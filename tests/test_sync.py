@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deadlines import WatchedClock, past_deadline
 from samples import dispatched
 from tracecheck import check_runs, only_run
 
 import rollout_trace as rt
+from rollout_trace.testing import MockClock
 
 
 def _emit_many(
@@ -287,17 +289,18 @@ def test_close_is_idempotent(tmp_path: Path, trace_log: pytest.LogCaptureFixture
 
 
 @pytest.mark.usefixtures("plugins")
+@pytest.mark.timeout(90)
 def test_a_lazy_open_that_fails_is_said_once_and_every_emit_still_counts(
     trace_log: pytest.LogCaptureFixture,
 ) -> None:
     threads = threading.active_count()
-    t = rt.sync_tracer("unopenable://")
+    # The deadlines' clock never moves: a flush that waited for its timeout
+    # would never return (the test's timeout fails it).
+    t = rt.sync_tracer("unopenable://", deadline_clock=MockClock())
     for i in range(100):
         t.emit(dispatched(i))  # opens on the first emit, in the writer thread
-    start = time.monotonic()
     # Never a wait for a writer that is gone; False: nothing was written.
     assert t.flush(timeout=30) is False
-    assert time.monotonic() - start < 10
     for i in range(100):
         t.emit(dispatched(i))
     assert t.flush(timeout=30) is False
@@ -329,12 +332,12 @@ def test_creating_a_tracer_opens_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("plugins")
 def test_close_honours_its_deadline(trace_log: pytest.LogCaptureFixture) -> None:
-    t = rt.sync_tracer("slow://?delay=0.6", batch_size=1)
+    clock = WatchedClock()
+    t = rt.sync_tracer("slow://?delay=0.6", batch_size=1, deadline_clock=clock)
     for i in range(50):
         t.emit(dispatched(i))
-    start = time.monotonic()
-    t.close(timeout=1.0)  # shorter than the tracer's close_timeout
-    assert time.monotonic() - start < 1.8
+    # Shorter than the tracer's close_timeout: the close returns at it, not before.
+    past_deadline(lambda: t.close(timeout=1.0), clock, 1.0)
     c = t.counts
     assert c.emitted == 50 and c.dropped > 0 and c.written + c.dropped == 50, c
     reports = [r.getMessage() for r in trace_log.records if "slow://" in r.getMessage()]

@@ -60,6 +60,17 @@ def _clock(clock: Any) -> Callable[[], float]:
     return clock  # type: ignore[no-any-return]
 
 
+def _deadline_clock(clock: Any) -> Callable[[], float]:
+    if not callable(clock):
+        raise TypeError(f"deadline_clock must be a callable returning seconds, not {clock!r}")
+    value = clock()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(
+            f"deadline_clock() must return a finite float (seconds), returned {value!r}"
+        )
+    return clock  # type: ignore[no-any-return]
+
+
 def _meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
     """``meta`` as ``trace_opened`` holds it, refused now if it cannot be written."""
     meta = dict(meta or {})
@@ -96,6 +107,9 @@ class TracerConfig:
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT
     # The wall clock that stamps ``time``; a simulation may pass its own.
     clock: Callable[[], float] = time.time
+    # The clock of every deadline (open, flush, close, a hung sink's give-up),
+    # in seconds that only go forward; a test passes ``testing.MockClock``.
+    deadline_clock: Callable[[], float] = time.monotonic
     # The URIs came from $ROLLOUT_TRACE, which errors then name.
     from_env: bool = False
     # Raise at emit for an event the writer would count invalid (for tests).
@@ -113,6 +127,7 @@ class TracerConfig:
         flush_interval: float,
         close_timeout: float,
         clock: Callable[[], float] = time.time,
+        deadline_clock: Callable[[], float] = time.monotonic,
         strict: bool = False,
     ) -> TracerConfig:
         from_env = False
@@ -134,6 +149,7 @@ class TracerConfig:
             flush_interval=_positive("flush_interval", flush_interval, float),
             close_timeout=_positive("close_timeout", close_timeout, float, infinite=True),
             clock=_clock(clock),
+            deadline_clock=_deadline_clock(deadline_clock),
             from_env=from_env,
             strict=_flag("strict", strict),
         )

@@ -65,7 +65,8 @@ class State(enum.Enum):
 
 @dataclass
 class Wait:
-    """A step waits until ``ready()`` or ``deadline`` (``time.monotonic()``)."""
+    """A step waits until ``ready()`` or ``deadline`` (on the engine's
+    ``deadline_clock``, ``time.monotonic`` unless the tracer was given one)."""
 
     ready: Callable[[], bool]
     deadline: float
@@ -82,6 +83,9 @@ class Engine:
         # The thread that calls process() writes to a lone sink itself.
         self.direct = direct
         self.clock = config.clock
+        # Every deadline's clock; real time (time.monotonic) still measures
+        # what is about speed (the GIL's hand-overs, a direct sink's pieces).
+        self.monotonic = config.deadline_clock
         self.run_id = uuid.uuid4().hex
         self.pid = os.getpid()
         self.host = socket.gethostname()
@@ -184,7 +188,7 @@ class Engine:
     def _submit(self, data: bytes, n: int, first_seq: float) -> None:
         self.handed += n
         batch = Batch(n, first_seq, self._add_written)
-        now = time.monotonic()
+        now = self.monotonic()
         for runner in self.runners:
             runner.check_stall(now, self.config.close_timeout)
             runner.submit(data, batch)
@@ -240,16 +244,16 @@ class Engine:
         its calls for ``LONG_CALL`` or more: blocked in the system, which
         wants no GIL (a slow or hung sink), rather than waiting for it."""
         for r in self.runners:
-            since = r.busy_since
+            since = r.busy_real
             if r.direct and since is not None and now - since >= LONG_CALL:
                 return True
         return False
 
     def check_stalls(self) -> None:
         """While a flush or close waits: give up a sink whose call has lasted too long."""
-        now = time.monotonic()
+        now, real = self.monotonic(), time.monotonic()
         for runner in self.runners:
-            runner.waited_on(now)
+            runner.waited_on(real)
             runner.check_stall(now, self.config.close_timeout)
 
     @property
@@ -300,7 +304,9 @@ class Engine:
         cap = 2 * max(self.config.buffer, self.config.batch_size)
         direct = self.direct and len(uris_sinks) == 1
         self.runners = [
-            SinkRunner(uri, sink, cap, self.notify, self.went_idle, direct=direct)
+            SinkRunner(
+                uri, sink, cap, self.notify, self.went_idle, direct=direct, clock=self.monotonic
+            )
             for uri, sink in uris_sinks
         ]
         started: list[SinkRunner] = []
@@ -312,7 +318,7 @@ class Engine:
                     raise SinkOpenError(runner.uri, f"cannot start its thread: {exc}") from exc
                 started.append(runner)
             within = open_within(self.config.close_timeout, specs)
-            yield Wait(lambda: all(r.opened.is_set() for r in started), time.monotonic() + within)
+            yield Wait(lambda: all(r.opened.is_set() for r in started), self.monotonic() + within)
             for runner in started:
                 if not runner.opened.is_set():
                     raise SinkOpenError(runner.uri, f"did not open within {within:g} s")
@@ -329,7 +335,7 @@ class Engine:
             self.state = State.CLOSED
             if isinstance(exc, GeneratorExit):
                 raise  # the open was cancelled: the threads discard on their own
-            deadline = time.monotonic() + 1.0
+            deadline = self.monotonic() + 1.0
             yield Wait(
                 lambda: all(r.ended.is_set() for r in started if r.opened.is_set()), deadline
             )
@@ -392,7 +398,7 @@ class Engine:
         emitted. Returns whether everything happened before ``deadline``.
         """
         self.state = State.CLOSING
-        now = time.monotonic()
+        now = self.monotonic()
         drain_by = now + (deadline - now) * DRAIN_SHARE if deadline < _INF else _INF
 
         def drained() -> bool:
@@ -410,7 +416,7 @@ class Engine:
         staging = [r for r in self.runners if r.unsent]
         longest = 0.0  # the longest try so far
         while staging:
-            began = time.monotonic()
+            began = self.monotonic()
             mark = FlushMark(len(staging))
             for runner in staging:
                 runner.mark(mark)
@@ -425,12 +431,12 @@ class Engine:
             # ends by then: a try is not cut short (a direct sink's flush is
             # the sync tracer's writer thread), and one begun just before the
             # drain's end would hold the close past its deadline.
-            now = time.monotonic()
+            now = self.monotonic()
             longest = max(longest, now - began)
             pause = min(RETRY_STAGED_S, drain_by - now - longest)
             if not staging or pause <= 0:
                 break
-            yield Wait(lambda: False, time.monotonic() + pause)
+            yield Wait(lambda: False, self.monotonic() + pause)
         for runner in staging:
             if runner.unsent:
                 runner.fail(runner.undelivered_reason())
@@ -476,15 +482,20 @@ class Engine:
     # --- waiting, two ways --------------------------------------------------------
 
     def wait_blocking(self, wait: Wait, timeout: float | None = None) -> bool:
-        """Block until the wait is over; ``False`` if ``timeout`` came first."""
-        end = wait.deadline if timeout is None else min(wait.deadline, time.monotonic() + timeout)
+        """Block until the wait is over; ``False`` if ``timeout`` came first.
+
+        Deadlines are on ``deadline_clock``; the wait itself goes in slices of
+        real time, so a deadline a test's clock jumps past ends it at the next.
+        """
+        clock = self.monotonic
+        end = wait.deadline if timeout is None else min(wait.deadline, clock() + timeout)
         with self._progress:
             while not wait.ready():
-                left = end - time.monotonic()
+                left = end - clock()
                 if left <= 0:
                     return end == wait.deadline
                 # Woken by every acknowledgement; the slice bounds how late a
-                # hung sink is noticed.
+                # hung sink (or a deadline passed on a test's clock) is noticed.
                 self._progress.wait(min(left, 0.05))
         return True
 
@@ -498,8 +509,9 @@ class Engine:
         """
         swallowed = 0
         delay = 0.0005
+        clock = self.monotonic
         while not wait.ready():
-            left = wait.deadline - time.monotonic()
+            left = wait.deadline - clock()
             if left <= 0:
                 break
             try:

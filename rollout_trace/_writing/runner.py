@@ -197,8 +197,12 @@ class SinkRunner:
         on_idle: Callable[[], None] = lambda: None,
         *,
         direct: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.uri = uri
+        # The deadlines' clock (``TracerConfig.deadline_clock``): how long a
+        # call has lasted, to give a hung sink up.
+        self._clock = clock
         self.sink = sink
         self.cap = cap  # events this sink may have queued before it loses batches
         self.direct = direct  # written and flushed by the caller of submit() and mark()
@@ -226,7 +230,10 @@ class SinkRunner:
         self._handed = 0  # events handed (engine's thread only)
         self._done = 0  # events finished, written or not (the thread that writes only)
         self._marks: list[FlushMark] = []
+        # When the call under way began, on ``clock`` (a hung sink) and in
+        # real time (``Engine.in_long_call``: a thread blocked in the system).
         self.busy_since: float | None = None
+        self.busy_real: float | None = None
         self._watched = -_INF  # when a flush or close last looked for a stall
         self.stalled = False  # given up in a call that may never return
         self.open_error: BaseException | None = None
@@ -374,16 +381,17 @@ class SinkRunner:
     def _main(self) -> None:
         keep_signals_off_this_thread()
         try:
-            self.busy_since = time.monotonic()
+            self.busy_since = self._clock()
+            self.busy_real = time.monotonic()
             self.sink.open()
         except BaseException as exc:  # a sink may raise anything; the tracer reports it
             self.open_error = exc
-            self.busy_since = None
+            self.busy_since = self.busy_real = None
             self.opened.set()
             self.ended.set()
             self._on_progress()
             return
-        self.busy_since = None
+        self.busy_since = self.busy_real = None
         self.live = True
         self.opened.set()
         self._on_progress()
@@ -574,14 +582,15 @@ class SinkRunner:
         with self.lock:  # a sink stopped (given up) starts no call after it
             if not self.live:
                 return False
-            self.busy_since = time.monotonic()
+            self.busy_since = self._clock()
+            self.busy_real = time.monotonic()
         try:
             method(*args)
         except BaseException as exc:  # CancelledError or SystemExit from a plugin too
             self.fail(f"failed to {action}: {type(exc).__name__}: {exc}")
             return False
         finally:
-            self.busy_since = None
+            self.busy_since = self.busy_real = None
         return True
 
     def _end(self, discard: bool) -> None:

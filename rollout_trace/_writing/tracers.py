@@ -714,7 +714,8 @@ class _TracerCore:
         close_timeout = self._config.close_timeout
         within = open_within(close_timeout, self._specs) + close_timeout + 1
         yield Wait(
-            lambda: run.opened.is_set() or run.open_error is not None, time.monotonic() + within
+            lambda: run.opened.is_set() or run.open_error is not None,
+            self._config.deadline_clock() + within,
         )
         if run.open_error is None and not run.opened.is_set():
             # The sinks open on the writer thread, each within close_timeout.
@@ -776,7 +777,7 @@ class _TracerCore:
     def _flushing(self, timeout: float | None) -> Steps[bool]:
         if self._forked() or self._state not in _RUNNING:
             return self._settled()
-        end = math.inf if timeout is None else time.monotonic() + timeout
+        end = math.inf if timeout is None else self._config.deadline_clock() + timeout
         mark = QueueMark()
         run = self._run
         self._enqueue(run, mark)
@@ -823,7 +824,7 @@ class _TracerCore:
             self._state = State.CLOSING
             self._set_limit(0)
             limit = self._config.close_timeout if timeout is None else timeout
-            mark = CloseMark(time.monotonic() + limit)
+            mark = CloseMark(self._config.deadline_clock() + limit)
             self._run.close_mark = mark
             self._enqueue(self._run, mark)
             return mark
@@ -1330,6 +1331,7 @@ def tracer(
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
     clock: Callable[[], float] = time.time,
+    deadline_clock: Callable[[], float] = time.monotonic,
     strict: bool = False,
 ) -> Tracer:
     """An async tracer writing every event to every sink URI; open it with ``async with``.
@@ -1346,6 +1348,10 @@ def tracer(
     deadline for closing, and how long one sink call may take before that
     sink is given up (``math.inf``: no limit); ``clock``: what stamps
     ``time`` (Unix seconds; ``time.time`` unless a simulation brings its own);
+    ``deadline_clock``: the clock of every deadline (the open's wait, a
+    flush's ``timeout``, ``close_timeout`` for the close and for a hung sink;
+    ``time.monotonic``; a test passes ``rollout_trace.testing.MockClock`` and
+    moves it past a deadline, which the waits notice within 50 ms);
     ``strict``: for tests, ``emit`` raises ``rt.InvalidEventError`` for an
     event it would otherwise count invalid (a field of the wrong type, a NaN)
     and ``rt.EventTagError`` for a class whose tag another class holds, and an
@@ -1363,6 +1369,7 @@ def tracer(
             flush_interval=flush_interval,
             close_timeout=close_timeout,
             clock=clock,
+            deadline_clock=deadline_clock,
             strict=strict,
         )
     )
@@ -1377,6 +1384,7 @@ def sync_tracer(
     flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
     clock: Callable[[], float] = time.time,
+    deadline_clock: Callable[[], float] = time.monotonic,
     strict: bool = False,
 ) -> SyncTracer:
     """A tracer for threads, sync code and Ray actors, with one writer thread.
@@ -1398,6 +1406,7 @@ def sync_tracer(
             flush_interval=flush_interval,
             close_timeout=close_timeout,
             clock=clock,
+            deadline_clock=deadline_clock,
             strict=strict,
         )
     )

@@ -17,12 +17,14 @@ what only a process of its own shows (its standard streams, a SIGKILL).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,10 @@ class Handle:
 
 
 Scenario = Callable[[Handle], Awaitable[Any]]
+# Entered as the scenario ends, left once the close returned (on the thread
+# that closes): ``deadlines.advancing`` moves a test's clock past the close's
+# deadline.
+Closing = Callable[[], AbstractContextManager[Any]]
 
 
 @dataclass
@@ -81,14 +87,28 @@ class Driver:
         """A tracer of this driver's kind, not opened."""
         raise NotImplementedError
 
-    def drive(self, t: Any, scenario: Scenario, *, after: Scenario | None = None) -> Outcome:
-        """Open ``t``, run ``scenario``, close ``t``; then ``after`` on the same loop."""
+    def drive(
+        self,
+        t: Any,
+        scenario: Scenario,
+        *,
+        after: Scenario | None = None,
+        closing: Closing | None = None,
+    ) -> Outcome:
+        """Open ``t``, run ``scenario``, close ``t`` (inside ``closing()``);
+        then ``after`` on the same loop."""
         raise NotImplementedError
 
     def run(
-        self, uris: list[str], scenario: Scenario, *, after: Scenario | None = None, **kwargs: Any
+        self,
+        uris: list[str],
+        scenario: Scenario,
+        *,
+        after: Scenario | None = None,
+        closing: Closing | None = None,
+        **kwargs: Any,
     ) -> Outcome:
-        return self.drive(self.make(*uris, **kwargs), scenario, after=after)
+        return self.drive(self.make(*uris, **kwargs), scenario, after=after, closing=closing)
 
     def __repr__(self) -> str:
         return self.name
@@ -105,18 +125,28 @@ class AsyncDriver(Driver):
     def make(self, *uris: str, **kwargs: Any) -> rt.Tracer:
         return rt.tracer(*uris, **kwargs)
 
-    def drive(self, t: Any, scenario: Scenario, *, after: Scenario | None = None) -> Outcome:
+    def drive(
+        self,
+        t: Any,
+        scenario: Scenario,
+        *,
+        after: Scenario | None = None,
+        closing: Closing | None = None,
+    ) -> Outcome:
         times: list[float] = []
 
         async def main() -> tuple[Any, Any]:
-            try:
-                async with t:
-                    try:
-                        return_value = await scenario(Handle(t))
-                    finally:
-                        times.append(time.monotonic())
-            finally:
-                times.append(time.monotonic())
+            with contextlib.ExitStack() as stack:
+                try:
+                    async with t:
+                        try:
+                            return_value = await scenario(Handle(t))
+                        finally:
+                            times.append(time.monotonic())
+                            if closing is not None:
+                                stack.enter_context(closing())
+                finally:
+                    times.append(time.monotonic())
             after_value = None if after is None else await after(Handle(t))
             return return_value, after_value
 
@@ -135,16 +165,26 @@ class SyncDriver(Driver):
     def make(self, *uris: str, **kwargs: Any) -> rt.SyncTracer:
         return rt.sync_tracer(*uris, **kwargs)
 
-    def drive(self, t: Any, scenario: Scenario, *, after: Scenario | None = None) -> Outcome:
+    def drive(
+        self,
+        t: Any,
+        scenario: Scenario,
+        *,
+        after: Scenario | None = None,
+        closing: Closing | None = None,
+    ) -> Outcome:
         times: list[float] = []
-        try:
-            with t:
-                try:
-                    value = asyncio.run(scenario(Handle(t)))
-                finally:
-                    times.append(time.monotonic())
-        finally:
-            times.append(time.monotonic())
+        with contextlib.ExitStack() as stack:
+            try:
+                with t:
+                    try:
+                        value = asyncio.run(scenario(Handle(t)))
+                    finally:
+                        times.append(time.monotonic())
+                        if closing is not None:
+                            stack.enter_context(closing())
+            finally:
+                times.append(time.monotonic())
         after_value = None if after is None else asyncio.run(after(Handle(t)))
         return Outcome(t, value, times[1] - times[0], after_value)
 

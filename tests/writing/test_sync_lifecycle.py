@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import pytest
+from deadlines import WatchedClock, past_deadline
 from samples import dispatched
 from tracecheck import check_runs, only_run
 
 import rollout_trace as rt
 from rollout_trace._writing import hooks, specs, tracers
 from rollout_trace.sinks import JsonlSink, MemorySink
+from rollout_trace.testing import MockClock
 
 pytestmark = pytest.mark.timeout(120)
 T = TypeVar("T")
@@ -111,7 +113,9 @@ def test_a_thread_that_cannot_start_fails_the_open_clearly(
     path = tmp_path / "run.jsonl"
     before = our_threads()
     _refuse_threads(monkeypatch, prefix)
-    t = rt.sync_tracer(str(path), close_timeout=10)
+    # A clock that never moves: a flush or close that waited for a deadline
+    # of ours would never return (``bounded`` fails it).
+    t = rt.sync_tracer(str(path), close_timeout=10, deadline_clock=MockClock())
 
     def open_it() -> None:
         if how == "open":
@@ -131,8 +135,8 @@ def test_a_thread_that_cannot_start_fails_the_open_clearly(
     while our_threads() != before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert our_threads() == before
-    assert bounded(t.flush, 5)[1] < 0.5
-    assert bounded(t.close, 5)[1] < 0.5
+    assert bounded(t.flush, 5)[0] is False
+    bounded(t.close, 5)
 
 
 @pytest.mark.parametrize("prefix", REFUSED)
@@ -144,18 +148,18 @@ def test_a_lazily_opened_tracer_without_threads_reports_once_and_goes_quiet(
 ) -> None:
     path = tmp_path / "run.jsonl"
     _refuse_threads(monkeypatch, prefix)
-    t = rt.sync_tracer(str(path), close_timeout=10)
+    # A clock that never moves: an emit, flush or close that waited for a
+    # deadline of ours would never return (``bounded`` fails it).
+    t = rt.sync_tracer(str(path), close_timeout=10, deadline_clock=MockClock())
 
     def emit_all() -> None:
         for i in range(1_000):
             t.emit(dispatched(i))
 
-    _, took = bounded(emit_all, 5)
-    assert took < 0.5, took
-    ok, took = bounded(t.flush, 5)
-    assert ok is False and took < 0.5, (ok, took)
-    _, took = bounded(t.close, 5)
-    assert took < 0.5, took
+    bounded(emit_all, 5)
+    ok, _ = bounded(t.flush, 5)
+    assert ok is False
+    bounded(t.close, 5)
     t.emit(dispatched(0))  # still quiet after the close
     reports = [r for r in trace_log.records if r.name == "rollout_trace"]
     assert len(reports) == 1, [r.getMessage() for r in reports]
@@ -183,9 +187,10 @@ def test_a_failed_lazy_open_is_said_before_the_flush_it_ends_returns(
         time.sleep(0.3)
 
     monkeypatch.setattr(rt.SyncTracer, "_fail_open", slow_fail_open)
-    t = rt.sync_tracer(str(tmp_path / "run.jsonl"), close_timeout=10)
+    # The flush ends with the failure, not at a deadline: the clock never moves.
+    t = rt.sync_tracer(str(tmp_path / "run.jsonl"), close_timeout=10, deadline_clock=MockClock())
     t.emit(dispatched(0))  # opens it, on the writer thread
-    ok, took = bounded(t.flush, 5)
+    ok, _ = bounded(t.flush, 5)
     # Of this tracer only: a run an earlier test left behind may report its
     # close meanwhile, from its own thread.
     said = [
@@ -193,7 +198,7 @@ def test_a_failed_lazy_open_is_said_before_the_flush_it_ends_returns(
         for r in trace_log.records
         if r.name == "rollout_trace" and str(tmp_path) in (m := r.getMessage())
     ]
-    assert ok is False and took < 2, (ok, took)
+    assert ok is False
     assert len(said) == 1 and "tracing is off" in said[0], said
     t.close()
 
@@ -283,33 +288,43 @@ def test_an_exit_hook_emitting_on_a_never_opened_tracer_exits_quietly(
 
 @pytest.mark.usefixtures("plugins")
 @pytest.mark.parametrize(
-    ("when", "timeout", "at_least", "at_most"),
+    ("when", "timeout", "wait"),
     [
         # no timeout: the hung sink is given up after close_timeout=1
-        pytest.param("open", None, 0.0, 1.0 + 2.0, id="no-timeout"),
+        pytest.param("open", None, 1.0 + 1e-6, id="no-timeout"),
         # flush(timeout=0.1) returns when its time is up
-        pytest.param("open", 0.1, 0.09, 0.5, id="timeout-0.1"),
+        pytest.param("open", 0.1, 0.1, id="timeout-0.1"),
         # after close() gave up on the hung sink: at once
-        pytest.param("closed", None, 0.0, 0.5, id="after-close-gave-up"),
+        pytest.param("closed", None, 0.0, id="after-close-gave-up"),
     ],
 )
 def test_a_flush_on_a_hung_sink_returns_in_bounded_time(
-    tmp_path: Path, when: str, timeout: float | None, at_least: float, at_most: float
+    tmp_path: Path, when: str, timeout: float | None, wait: float
 ) -> None:
     path = tmp_path / "run.jsonl"
-    t = rt.sync_tracer("stuck://?ok=1", str(path), close_timeout=1, batch_size=100)
+    clock = WatchedClock()
+    t = rt.sync_tracer(
+        "stuck://?ok=1", str(path), close_timeout=1, batch_size=100, deadline_clock=clock
+    )
     bounded(t.open, 5)
     for i in range(500):
         t.emit(dispatched(i))
+    hung = t.sinks[0].hung  # type: ignore[attr-defined]
     if when == "closed":
-        _, took = bounded(t.close, 5)
-        assert took < 1.0 + 1.0, took
-    ok, took = bounded(lambda: t.flush(timeout), 10)
+        # The close gives the hung sink up once its call has lasted longer
+        # than close_timeout, not before (and within its own deadline).
+        past_deadline(lambda: t.close(timeout=2), clock, 1.0 + 1e-6, ready=hung.is_set)
+        ok, _ = bounded(lambda: t.flush(timeout), 5)  # the clock stands still: at once
+    else:
+        # At its deadline; or (none) once the hung call has lasted longer
+        # than close_timeout.
+        ok = past_deadline(lambda: t.flush(timeout), clock, wait, ready=hung.is_set)
     # Given up, the hung sink is no longer live and the file, the one live
     # sink, has everything: True. Out of time, or after the close: False.
     assert ok is (when == "open" and timeout is None)
-    assert at_least <= took < at_most, took
-    bounded(t.close, 5)
+    if timeout is not None:
+        clock.advance(1.0)  # the hung call has lasted longer than close_timeout
+    bounded(t.close, 5)  # then the close gives it up (the clock stands still)
     run = checked_run(path)
     assert run.closed is not None and len(run.events) == 500
 
@@ -526,15 +541,21 @@ def test_a_thread_stalled_between_its_seq_and_its_append_still_lands_within_a_ba
 def test_a_hung_sink_does_not_hold_up_the_healthy_ones(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     total, every = 100_000, 10_000
-    t = rt.sync_tracer("stuck://?ok=1", str(path), close_timeout=1)
+    clock = WatchedClock()
+    t = rt.sync_tracer("stuck://?ok=1", str(path), close_timeout=1, deadline_clock=clock)
     bounded(t.open, 5)
+    hung = t.sinks[0].hung  # type: ignore[attr-defined]
     for i in range(total):
         t.emit(dispatched(i))
         if (i + 1) % every == 0:
-            bounded(t.flush, 1.0 + 5)
+            if i + 1 == every:
+                # The first flush waits until the hung call has lasted longer
+                # than close_timeout; the sink is given up.
+                past_deadline(t.flush, clock, 1.0 + 1e-6, ready=hung.is_set)
+            else:
+                bounded(t.flush, 5)  # the clock stands still: no deadline is waited for
             assert events_in(path) == i + 1, (i + 1, events_in(path))
-    _, took = bounded(t.close, 5)
-    assert took < 1.0 + 1.0, took
+    bounded(t.close, 5)
     run = checked_run(path)
     assert run.closed is not None and len(run.events) == total
     assert run.closed["dropped"] == 0 and run.closed["written"] == total
@@ -603,8 +624,12 @@ def test_a_lone_sink_is_written_by_the_writer_thread(
 def test_a_lone_hung_sink_is_given_up_and_emit_never_blocks(
     ok: int, when: str, trace_log: pytest.LogCaptureFixture
 ) -> None:
-    t = rt.sync_tracer(f"stuck://?ok={ok}", close_timeout=2, batch_size=100, buffer=1_000)
-    bounded(t.open, 1.5)  # (2 * close_timeout + 1 if it waited for trace_opened)
+    clock = WatchedClock()
+    t = rt.sync_tracer(
+        f"stuck://?ok={ok}", close_timeout=2, batch_size=100, buffer=1_000, deadline_clock=clock
+    )
+    bounded(t.open, 5)  # (it would wait for ever, the clock standing still, for trace_opened)
+    hung = t.sinks[0].hung  # type: ignore[attr-defined]
     written = 100 if ok else 0
     for i in range(written):
         t.emit(dispatched(i))
@@ -615,10 +640,12 @@ def test_a_lone_hung_sink_is_given_up_and_emit_never_blocks(
     # once the buffer is full.
     bounded(lambda: [t.emit(dispatched(i)) for i in range(5_000)], 5)
     if when == "flush":
-        flushed, took = bounded(t.flush, 2.0 + 5)
-        assert flushed is False and took < 2.0 + 2.0, (flushed, took)
-    _, took = bounded(t.close, 2.0 + 5)
-    assert took < 2.0 + 2.0, took
+        # Once the hung call has lasted longer than close_timeout.
+        flushed = past_deadline(t.flush, clock, 2.0 + 1e-6, ready=hung.is_set)
+        assert flushed is False
+        bounded(t.close, 5)  # the writer is stuck in a given-up call: at once
+    else:
+        past_deadline(t.close, clock, 2.0, ready=hung.is_set)  # at its deadline
     c = t.counts
     assert (c.emitted, c.written, c.dropped) == (written + 5_000, written, 5_000), c
     messages = [r.getMessage() for r in trace_log.records]

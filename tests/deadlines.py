@@ -1,0 +1,151 @@
+"""Driving the tracer's deadlines from a test: a ``MockClock`` moved past them.
+
+``past_deadline(fn, clock, seconds)`` calls ``fn`` on a helper thread, waits
+until that thread has read ``clock`` (so the deadline it waits for is fixed)
+and until ``ready()`` (a sink is inside the call that hangs), checks that
+``fn`` is still waiting, then moves the clock ``seconds`` on and returns what
+``fn`` returned. Its deadline passed, ``fn`` returns at the wait's next poll.
+
+Unless ``early=False``, the clock first stops ``SHORT_S`` short of that, and
+``fn`` must still be waiting a few polls later: it waits for its deadline,
+not for anything less.
+
+``with advancing(clock, seconds):`` does the same for a wait made by the
+block itself, on this thread (an event loop's, a ``with`` block's exit).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pytest
+
+from rollout_trace.testing import MockClock
+
+T = TypeVar("T")
+
+# How long a helper is given for what is not a wait on our deadlines (a hang
+# guard, not a measure: the waits poll every 50 ms).
+HANG_S = 10.0
+# How far short of the deadline the clock first stops, and for how long
+# (three of the waits' polls of 50 ms).
+SHORT_S = 1e-3
+POLLS_S = 0.15
+
+
+class WatchedClock(MockClock):
+    """A ``MockClock`` that knows which threads have read it."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        super().__init__(start)
+        self._readers: set[int] = set()
+
+    def __call__(self) -> float:
+        self._readers.add(threading.get_ident())
+        return super().__call__()
+
+    def read_by(self, ident: int | None) -> bool:
+        return ident in self._readers
+
+    def forget(self) -> None:
+        """Forget the readers so far (a thread's ident is reused once it ended)."""
+        self._readers.clear()
+
+
+def _until(cond: Callable[[], bool], what: str) -> None:
+    end = time.monotonic() + HANG_S
+    while not cond():
+        if time.monotonic() > end:
+            pytest.fail(f"{what} did not happen within {HANG_S} s")
+        time.sleep(0.002)
+
+
+def past_deadline(
+    fn: Callable[[], T],
+    clock: WatchedClock,
+    seconds: float,
+    *,
+    ready: Callable[[], bool] = lambda: True,
+    early: bool = True,
+) -> T:
+    """``fn()`` on a helper thread, which must wait until ``clock`` moves
+    ``seconds`` on; then its value (or its exception, raised here)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the test's thread
+            box["error"] = exc
+
+    helper = threading.Thread(target=target, name="test deadline", daemon=True)
+    clock.forget()
+    helper.start()
+    _until(lambda: clock.read_by(helper.ident) or not helper.is_alive(), "a read of the clock")
+    _until(ready, "what the test waits for")
+    # The clock stands still: whatever fn waits for, it is not its deadline yet.
+    assert helper.is_alive(), f"{fn} returned before its deadline: {box}"
+    if early:
+        clock.advance(seconds - SHORT_S)
+        helper.join(POLLS_S)
+        assert helper.is_alive(), f"{fn} returned {SHORT_S} s before its deadline: {box}"
+        seconds = SHORT_S
+    clock.advance(seconds)
+    helper.join(HANG_S)
+    if helper.is_alive():
+        pytest.fail(f"{fn} did not return within {HANG_S} s of its deadline")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+@contextmanager
+def advancing(
+    clock: WatchedClock,
+    seconds: float,
+    *,
+    ready: Callable[[], bool] = lambda: True,
+    early: bool = True,
+    must_wait: bool = True,
+) -> Iterator[None]:
+    """The block waits, on this thread, for a deadline ``seconds`` ahead on
+    ``clock``: once this thread has read the clock and ``ready()``, a helper
+    moves the clock on (as ``past_deadline`` does). Fails if the block ends
+    before the clock was moved (unless ``must_wait=False``: it may end
+    sooner, but never wait longer), or (``early``) before it reached the
+    deadline."""
+    me = threading.get_ident()
+    done = threading.Event()
+    seen: dict[str, bool] = {}
+
+    def helper() -> None:
+        end = time.monotonic() + HANG_S
+        while not (clock.read_by(me) and ready()):
+            if done.is_set() or time.monotonic() > end:
+                return
+            time.sleep(0.002)
+        if done.is_set():
+            return
+        seen["waited"] = True
+        if early:
+            clock.advance(seconds - SHORT_S)
+            if done.wait(POLLS_S):
+                seen["early"] = True
+            clock.advance(SHORT_S)
+        else:
+            clock.advance(seconds)
+
+    mover = threading.Thread(target=helper, name="test clock", daemon=True)
+    clock.forget()
+    mover.start()
+    try:
+        yield
+    finally:
+        done.set()
+        mover.join(HANG_S + 1)
+    assert seen.get("waited") or not must_wait, "the block ended before the clock moved"
+    assert not seen.get("early"), f"the block ended {SHORT_S} s before its deadline"
