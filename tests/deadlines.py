@@ -64,6 +64,26 @@ def _until(cond: Callable[[], bool], what: str) -> None:
         time.sleep(0.002)
 
 
+class Helper:
+    """``fn()`` on a daemon thread of the test's (a hang leaves it behind);
+    ``result()`` is its value, or its exception raised on the test's thread."""
+
+    def __init__(self, fn: Callable[[], T], name: str) -> None:
+        self.box: dict[str, Any] = {}
+        self.thread = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.box["value"] = fn()
+        except BaseException as exc:  # handed to the test's thread
+            self.box["error"] = exc
+
+    def result(self) -> Any:
+        if "error" in self.box:
+            raise self.box["error"]
+        return self.box["value"]
+
+
 def past_deadline(
     fn: Callable[[], T],
     clock: WatchedClock,
@@ -74,15 +94,8 @@ def past_deadline(
 ) -> T:
     """``fn()`` on a helper thread, which must wait until ``clock`` moves
     ``seconds`` on; then its value (or its exception, raised here)."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the test's thread
-            box["error"] = exc
-
-    helper = threading.Thread(target=target, name="test deadline", daemon=True)
+    running = Helper(fn, "test deadline")
+    helper, box = running.thread, running.box
     clock.forget()
     helper.start()
     _until(lambda: clock.read_by(helper.ident) or not helper.is_alive(), "a read of the clock")
@@ -98,9 +111,7 @@ def past_deadline(
     helper.join(HANG_S)
     if helper.is_alive():
         pytest.fail(f"{fn} did not return within {HANG_S} s of its deadline")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return running.result()  # type: ignore[no-any-return]
 
 
 @contextmanager

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import anyio
 import pytest
 import trio
 import uvloop
+from deadlines import Helper
 from samples import dispatched
 from tracecheck import only_run
 
@@ -58,22 +58,12 @@ BACKENDS = [
 def bounded(fn: Callable[[], T], within: float = 30) -> T:
     """``fn()`` on a helper thread, which a hang leaves behind (a daemon) and fails
     the test: an event loop that never returns cannot wedge the suite."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the test's thread
-            box["error"] = exc
-
-    helper = threading.Thread(target=target, name="test event loop", daemon=True)
-    helper.start()
-    helper.join(within)
-    if helper.is_alive():
+    helper = Helper(fn, "test event loop")
+    helper.thread.start()
+    helper.thread.join(within)
+    if helper.thread.is_alive():
         pytest.fail(f"the event loop did not return within {within} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return helper.result()  # type: ignore[no-any-return]
 
 
 def run_loop(

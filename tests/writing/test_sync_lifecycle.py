@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import pytest
-from deadlines import WatchedClock, past_deadline
+from deadlines import Helper, WatchedClock, past_deadline
 from samples import dispatched
 from tracecheck import check_runs, only_run
 
@@ -36,24 +36,14 @@ T = TypeVar("T")
 
 def bounded(fn: Callable[[], T], within: float) -> tuple[T, float]:
     """``fn()`` on a helper thread: its value and how long it took; fails past ``within``."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the test's thread
-            box["error"] = exc
-
-    helper = threading.Thread(target=target, name="test helper", daemon=True)
+    helper = Helper(fn, "test helper")
     begun = time.monotonic()
-    helper.start()
-    helper.join(within)
+    helper.thread.start()
+    helper.thread.join(within)
     took = time.monotonic() - begun
-    if helper.is_alive():
+    if helper.thread.is_alive():
         pytest.fail(f"{getattr(fn, '__name__', fn)} did not return within {within} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"], took
+    return helper.result(), took
 
 
 def events_in(path: Path) -> int:
