@@ -194,19 +194,38 @@ def read_pieces(
 
 
 class _Merge:
-    """What the tasks read, merged as it comes; the bad lines put in piece order."""
+    """What the tasks read, merged in piece order as it comes, the bad lines too.
+
+    In piece order, a file's lines stay in the order written, so a run read in
+    ranges by several workers is in seq order again, as the model's fast path
+    takes it (``runs.normalize``).
+    """
 
     def __init__(self, pieces: list[Piece]) -> None:
         self.pieces = pieces
-        self.builder = Builder()
+        self._builder = Builder()
         self._problems: list[BadLines | None] = [None] * len(pieces)
         self._lines = [0] * len(pieces)
+        # Reads waiting for an earlier piece's, by their first piece.
+        self._waiting: dict[int, tuple[Sequence[int], Builder]] = {}
+        self._next = 0
 
     def add(self, task: Sequence[int], read: Read) -> None:
-        self.builder.merge(read.builder)
         for i, problems, lines in zip(task, read.problems, read.lines, strict=True):
             self._problems[i] = problems
             self._lines[i] = lines
+        self._waiting[min(task)] = (task, read.builder)
+        while self._next in self._waiting:
+            done, builder = self._waiting.pop(self._next)
+            self._builder.merge(builder)
+            self._next = max(done) + 1
+
+    @property
+    def builder(self) -> Builder:
+        """Everything read (a task of pieces that are not one range last, in order)."""
+        for first in sorted(self._waiting):
+            self._builder.merge(self._waiting.pop(first)[1])
+        return self._builder
 
     def problems(self) -> BadLines:
         out = BadLines()

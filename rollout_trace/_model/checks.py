@@ -237,10 +237,12 @@ Place = tuple[int, int]
 class _Settled(Protocol):
     """What the line checks read of a run's settled lines (``RunEvents``, ``LeftOut``)."""
 
-    events: list[Any]
     versions: list[int]
     copies: list[tuple[int, int, int]]
     same_file: int
+
+    @property
+    def events(self) -> Sequence[Any]: ...
 
     @property
     def seq(self) -> Sequence[int]: ...
@@ -268,12 +270,11 @@ class LeftOut:
         srcs = [s for _, s, _ in items]
         lines = [n for _, _, n in items]
         counts = RunEvents(run.run_id)
-        counts.events = self.events  # where settle counts the kept events from
         order = sorted(range(len(evs)), key=lambda i: evs[i].seq)
         for seq, same in itertools.groupby(order, key=lambda i: evs[i].seq):
             group = list(same)
             if len(group) > 1:
-                group = settle(counts, seq, group, evs, srcs, lines)
+                group = settle(counts, seq, group, evs, srcs, lines, base=len(self.events))
             for x in group:
                 self.events.append(evs[x])
                 self.seq.append(seq)

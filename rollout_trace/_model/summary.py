@@ -13,6 +13,7 @@ seq, which has no place in it, after the others.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -108,7 +109,7 @@ def _events_by_name(run: RunEvents, left: LeftOut | None) -> dict[str, int]:
 def _summary(run: RunEvents, files: list[str]) -> tuple[tuple[int, float, str], RunSummary]:
     """A run's place in the run order, and its summary (no bad lines charged yet)."""
     left = LeftOut(run) if run.left_out else None
-    kept = [(run.events, run.kind)]
+    kept: list[tuple[Sequence[Any], bytearray]] = [(run.events, run.kind)]
     if left is not None:
         kept.append((left.events, bytearray(kind_of(ev) for ev in left.events)))
     # The lowest-seq trace_opened; of versions of one seq, the first in the model's order.

@@ -8,11 +8,9 @@ that one model.
 
 from __future__ import annotations
 
-import copy
 import gc
 import math
 import os
-import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple, TypeVar, Union
@@ -21,7 +19,6 @@ import msgspec
 
 from .._reading.reader import Problems, ReadProblem, iter_blocks
 from .._schema.events import Event
-from .._schema.registry import REGISTRY
 from .runs import Collector, normalize
 from .stops import Note, StopClasses, StopCost, step_versions, stops_of
 from .terms import OPENED, EndKind
@@ -208,18 +205,6 @@ def _host_of(run: Run) -> tuple[str | None, int | None]:
     return ev.host, ev.pid
 
 
-def _event_classes() -> tuple[type[Any], ...]:
-    return tuple(REGISTRY.decodable_types().values())
-
-
-def _msgpack_events() -> Any:
-    """A msgpack decoder of lists of the registered event classes (tagged)."""
-    return REGISTRY.cached(
-        "msgpack-list",
-        lambda: msgspec.msgpack.Decoder(list[Union.__getitem__(_event_classes())]),  # type: ignore[misc]
-    )
-
-
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic collector while millions of acyclic records are made."""
@@ -247,40 +232,6 @@ class Builder:
     def merge(self, other: Builder) -> None:
         """Take in what another builder gathered."""
         self._collector.merge(other._collector)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # What a worker hands back: pickling event objects costs some 7 us an
-        # event both ways, msgpack about 0.5. A run holding an event msgpack
-        # cannot carry as its class (a line of an unknown kind, an int past 64
-        # bits) is pickled as it is.
-        state = dict(self.__dict__)
-        collector = copy.copy(self._collector)
-        packed: dict[str, tuple[bytes, Any]] = {}
-        known = set(_event_classes())
-        for run_id, (events, srcs) in collector.runs.items():
-            if all(type(ev) in known for ev in events):
-                try:
-                    packed[run_id] = (msgspec.msgpack.encode(events), srcs)
-                    continue
-                except (OverflowError, TypeError):
-                    pass
-            packed[run_id] = (pickle.dumps((events, srcs), pickle.HIGHEST_PROTOCOL), None)
-        collector.runs = {}
-        state["_collector"] = collector
-        state["_packed"] = packed
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        packed = state.pop("_packed", {})
-        self.__dict__.update(state)
-        runs = self._collector.runs
-        decode = _msgpack_events().decode
-        for run_id, (data, srcs) in packed.items():
-            if srcs is None:
-                events, srcs = pickle.loads(data)
-            else:
-                events = decode(data)
-            runs[run_id] = (events, srcs)
 
     def build(self, problems: Problems = None, make: type[M] = Model) -> M:  # type: ignore[assignment]
         """The model of what was gathered; ``problems`` the reader's bad lines

@@ -9,22 +9,27 @@
 - what is still open after the run's last event is ``OPEN``.
 
 Tries come out in the order of their first event's seq. Per sibling the pass
-also keeps its last started try, its last sealed try and whether the run
-resumed it (``SiblingIndex``), which is all a stop reads of the run. The
+also gives its last started try and whether the run resumed it
+(``SiblingIndex``), which is all a stop reads of the run. The
 other events, in seq order, are the run's marks, but for the restores, which
 are paired into ``Restore``s.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import math
+import operator
 from array import array
+from collections.abc import Sequence
 from itertools import compress
 from typing import Any
 
 import msgspec
 
-from .runs import RunEvents
+from .runs import AttemptTable, RunEvents
 from .terms import (
     ABANDONED,
     DISPATCHED,
@@ -32,7 +37,6 @@ from .terms import (
     RESTORE_FINISHED,
     RESTORE_STARTED,
     RESUMED,
-    SEALED,
     EndKind,
     is_attempt,
     outcome_of,
@@ -57,6 +61,11 @@ AttemptKey = tuple[Any, int, int]
 class Tries:
     """A run's tries as columns, one row per try, in the order of their first event.
 
+    The pass keeps two columns, ``first`` (the position in the run's
+    ``AttemptTable`` of each try's first event) and ``end`` (of the event
+    that ended it; -1: none); the others are read off the table at their
+    first use, in C:
+
     ``start_kind`` is 0 for a try with no start in the run, else the kind code
     of its start (dispatched or resumed); ``end_kind`` an ``EndKind``;
     ``end_seq`` -1 and ``end_time`` NaN where no end event closed it (open or
@@ -65,7 +74,7 @@ class Tries:
     the start gave none; ``reason`` is a refusal's or abandon's.
     """
 
-    __slots__ = (
+    COLUMNS = (
         "attempt",
         "end_kind",
         "end_seq",
@@ -82,24 +91,15 @@ class Tries:
         "weight_version",
     )
 
-    def __init__(self) -> None:
-        self.prompt_id: list[Any] = []
-        self.generation_index: list[int] = []
-        self.attempt: list[int] = []
-        self.group_id: list[str] = []
-        self.start_kind = bytearray()
-        self.start_seq: array[int] = array("q")
-        self.start_time: array[float] = array("d")
-        self.end_kind = bytearray()
-        self.end_seq: array[int] = array("q")
-        self.end_time: array[float] = array("d")
+    def __init__(self, run: RunEvents, table: AttemptTable) -> None:
+        self._run = run
+        self._table = table
+        self.first: array[int] = array("q")
+        self.end: array[int] = array("q")
         self.superseded_at: dict[int, float] = {}
-        self.reason: list[str | None] = []
-        self.weight_version: list[int | None] = []
-        self.turn: list[int | None] = []
 
     def __len__(self) -> int:
-        return len(self.attempt)
+        return len(self.first)
 
     def started(self, i: int) -> bool:
         return self.start_kind[i] != 0
@@ -110,102 +110,186 @@ class Tries:
     def sibling(self, i: int) -> SiblingKey:
         return (self.prompt_id[i], self.generation_index[i])
 
+    def _forget(self) -> None:
+        """Drop the columns made so far (the pass was fed more events)."""
+        for name in self.COLUMNS:
+            if name != "superseded_at":
+                self.__dict__.pop(name, None)
+
+    def _at_first(self, column: Sequence[Any]) -> Sequence[Any]:
+        """``column`` at each try's first event: an array of a column that is one."""
+        got = map(column.__getitem__, self.first)
+        return array(column.typecode, got) if isinstance(column, array) else list(got)
+
+    @functools.cached_property
+    def prompt_id(self) -> Sequence[Any]:
+        return self._at_first(self._table.p)
+
+    @functools.cached_property
+    def generation_index(self) -> Sequence[int]:
+        return self._at_first(self._table.g)
+
+    @functools.cached_property
+    def attempt(self) -> Sequence[int]:
+        return self._at_first(self._table.a)
+
+    @functools.cached_property
+    def group_id(self) -> Sequence[str]:
+        return self._at_first(self._table.gid)
+
+    @functools.cached_property
+    def start_kind(self) -> bytes:
+        return bytes(self._at_first(self._table.kind)).translate(_START_OR_ZERO)
+
+    def _events(self, positions: Sequence[int]) -> array[int]:
+        """The run's index of the events at table ``positions`` (-1: the added last)."""
+        where = self._table.where + array("q", [len(self._run.kind)])
+        return array("q", map(where.__getitem__, positions))
+
+    @functools.cached_property
+    def start_seq(self) -> array[int]:
+        out = array("q", map(self._run.seq.__getitem__, self._events(self.first)))
+        for i in self._unstarted():
+            out[i] = -1
+        return out
+
+    @functools.cached_property
+    def start_time(self) -> array[float]:
+        out = array("d", map(self._run.time.__getitem__, self._events(self.first)))
+        for i in self._unstarted():
+            out[i] = math.nan
+        return out
+
+    def _unstarted(self) -> list[int]:
+        return list(compress(range(len(self.first)), self.start_kind.translate(_IS_ZERO)))
+
+    @functools.cached_property
+    def end_kind(self) -> bytearray:
+        # Position -1 (no end) reads the added 0, which is ``OPEN``.
+        kinds = bytes(map((self._table.kind + b"\0").__getitem__, self.end))
+        out = bytearray(kinds.translate(_END_KIND_OF))
+        for i in self.superseded_at:
+            out[i] = _SUPERSEDED
+        return out
+
+    @functools.cached_property
+    def end_seq(self) -> array[int]:
+        seq = self._run.seq + array("q", [-1])
+        return array("q", map(seq.__getitem__, self._events(self.end)))
+
+    @functools.cached_property
+    def end_time(self) -> array[float]:
+        time = self._run.time + array("d", [math.nan])
+        return array("d", map(time.__getitem__, self._events(self.end)))
+
+    @functools.cached_property
+    def reason(self) -> list[str | None]:
+        return list(map(self._table.reasons.get, self.end))
+
+    @functools.cached_property
+    def weight_version(self) -> list[int | None]:
+        return self._x_of(DISPATCHED)
+
+    @functools.cached_property
+    def turn(self) -> list[int | None]:
+        return self._x_of(RESUMED)
+
+    def _x_of(self, kind: int) -> list[int | None]:
+        """``x`` of the tries whose first event is of ``kind``, else None."""
+        has = self.start_kind.translate(_ONLY[kind])
+        both = zip(_NONE, self._at_first(self._table.x), strict=False)
+        return list(map(tuple.__getitem__, both, has))
+
+
+_NONE = itertools.repeat(None)
+
 
 class SiblingIndex:
-    """Per sibling of a run: its last started try, its last sealed try, and resumes.
+    """Per sibling of a run: its last started try, and whether the run resumed it."""
 
-    ``began`` holds, for a seal with no start in its try, the time of the
-    latest earlier start of the same attempt number (NaN where there is
-    none): when the work it sealed began.
-    """
-
-    __slots__ = ("began", "last_seal", "last_start", "resumed")
+    __slots__ = ("last_start", "resumed")
 
     def __init__(self) -> None:
         self.last_start: dict[SiblingKey, int] = {}
-        self.last_seal: dict[SiblingKey, int] = {}
         self.resumed: set[SiblingKey] = set()
-        self.began: dict[int, float] = {}
 
 
 class TryPass:
     """The automaton: feed it a run's events in seq order (see the module)."""
 
-    def __init__(self) -> None:
-        self.tries = Tries()
-        self.sib = SiblingIndex()
+    def __init__(self, run: RunEvents) -> None:
+        self.run = run
+        self.table = run.events.attempts()
+        self.tries = Tries(run, self.table)
+        # Attempt key -> its open try, or ``~j`` once its last started try j ended.
         self.open: dict[AttemptKey, int] = {}
-        # The latest start time of each attempt key, for a seal with no start.
-        self.latest: dict[AttemptKey, float] = {}
+        self._sib: SiblingIndex | None = None
 
-    def feed(self, run: RunEvents, start: int = 0, stop: int | None = None) -> None:
+    def feed(self, start: int = 0, stop: int | None = None) -> None:
         """Take the run's events ``start:stop`` (attempt events only do anything)."""
-        tries, sib, open_, latest = self.tries, self.sib, self.open, self.latest
-        events, seqs, times, kinds = run.events, run.seq, run.time, run.kind
-        stop = len(kinds) if stop is None else stop
-        # The attempt events only, found in C: most of a run, but not all.
-        where = compress(range(start, stop), kinds[start:stop].translate(_ATTEMPT_FLAGS))
-        # Bound appends: a try is a row of a dozen columns (``Tries.append`` inline).
-        t_p, t_g, t_a = tries.prompt_id.append, tries.generation_index.append, tries.attempt.append
-        t_gid, t_sk, t_ss = tries.group_id.append, tries.start_kind.append, tries.start_seq.append
-        t_st, t_ek, t_es = tries.start_time.append, tries.end_kind.append, tries.end_seq.append
-        t_et, t_r = tries.end_time.append, tries.reason.append
-        t_wv, t_turn = tries.weight_version.append, tries.turn.append
-        end_kind, end_seq, end_time, reason = (
-            tries.end_kind,
-            tries.end_seq,
-            tries.end_time,
-            tries.reason,
-        )
-        last_start, last_seal, resumed = sib.last_start, sib.last_seal, sib.resumed
-        nan = math.nan
-        superseded_at = tries.superseded_at
-        n = len(tries.attempt)
-        for i in where:
-            kind = kinds[i]
-            ev = events[i]
-            seq, t = seqs[i], times[i]
-            p, g, a = ev.prompt_id, ev.generation_index, ev.attempt
-            key = (p, g, a)
+        table, tries, open_ = self.table, self.tries, self.open
+        where = table.where
+        lo = bisect.bisect_left(where, start)
+        hi = len(where) if stop is None else bisect.bisect_left(where, stop)
+        # The keys are made in C: the loop does no more than pair ends with starts.
+        keys = zip(table.p[lo:hi], table.g[lo:hi], table.a[lo:hi], strict=True)
+        first, end, superseded_at = tries.first, tries.end, tries.superseded_at
+        times = self.run.time
+        add_first, add_end = first.append, end.append
+        n = len(first)
+        for k, key, kind in zip(range(lo, hi), keys, table.kind[lo:hi], strict=True):
+            j = open_.get(key)
             if kind <= RESUMED:  # a start
-                j = open_.get(key)
-                if j is not None:
-                    end_kind[j] = _SUPERSEDED
-                    superseded_at[j] = t
-                open_[key] = j = n
+                if j is not None and j >= 0:  # supersedes the open try
+                    superseded_at[j] = times[where[k]]
+                open_[key] = n
+                add_first(k), add_end(-1)
                 n += 1
-                t_p(p), t_g(g), t_a(a), t_gid(ev.group_id)
-                t_sk(kind), t_ss(seq), t_st(t)
-                t_ek(_OPEN), t_es(-1), t_et(nan), t_r(None)
-                if kind == DISPATCHED:
-                    t_wv(ev.weight_version), t_turn(None)
-                else:
-                    t_wv(None), t_turn(ev.turn)
-                    resumed.add((p, g))
-                last_start[(p, g)] = j
-                latest[key] = t
-                continue
-            j = open_.pop(key, None)
-            if j is None:  # an end whose start is not in the run: a try of its own
-                j = n
+            elif j is not None and j >= 0:
+                end[j] = k
+                open_[key] = ~j
+            else:  # an end whose start is not in the run: a try of its own
+                add_first(k), add_end(k)
                 n += 1
-                t_p(p), t_g(g), t_a(a), t_gid(ev.group_id)
-                t_sk(0), t_ss(-1), t_st(nan)
-                t_ek(_OPEN), t_es(-1), t_et(nan), t_r(None), t_wv(None), t_turn(None)
-                if kind == SEALED:
-                    sib.began[j] = latest.get(key, nan)
-            end_kind[j] = _END_OF_KIND[kind]
-            end_seq[j] = seq
-            end_time[j] = t
-            if kind == SEALED:
-                last_seal[(p, g)] = j
-            else:
-                reason[j] = ev.reason
+        tries._forget()
+        self._sib = None
+
+    @property
+    def sib(self) -> SiblingIndex:
+        """Read off the tries at the first look-up after a feed."""
+        if self._sib is None:
+            t = self.tries
+            started = list(compress(range(len(t)), t.start_kind))
+            sib = SiblingIndex()
+            sibs = list(
+                zip(
+                    map(t.prompt_id.__getitem__, started),
+                    map(t.generation_index.__getitem__, started),
+                    strict=True,
+                )
+            )
+            sib.last_start = dict(zip(sibs, started, strict=True))
+            sib.resumed = set(
+                compress(
+                    sibs,
+                    map(
+                        operator.eq,
+                        map(t.start_kind.__getitem__, started),
+                        itertools.repeat(RESUMED),
+                    ),
+                )
+            )
+            self._sib = sib
+        return self._sib
 
 
-# Plain ints in the loop: an enum member's lookup costs some 70 ns.
 _OPEN, _SUPERSEDED = int(EndKind.OPEN), int(EndKind.SUPERSEDED)
-_END_OF_KIND = {k: int(v) for k, v in END_OF_KIND.items()}
+# Kind code -> its ``EndKind`` (``OPEN`` for any kind that ends nothing), and
+# -> itself for a start, else 0 (``bytes.translate``).
+_END_KIND_OF = bytes(int(END_OF_KIND.get(k, EndKind.OPEN)) for k in range(256))
+_START_OR_ZERO = bytes(k if k in (DISPATCHED, RESUMED) else 0 for k in range(256))
+_IS_ZERO = bytes([1] + [0] * 255)
+_ONLY = {k: bytes(1 if c == k else 0 for c in range(256)) for k in (DISPATCHED, RESUMED)}
 
 _MARK_KINDS = tuple(
     k for k in range(256) if not is_attempt(k) and k not in (RESTORE_STARTED, RESTORE_FINISHED)
@@ -217,8 +301,8 @@ _ATTEMPT_FLAGS = bytes(1 if DISPATCHED <= k <= ABANDONED else 0 for k in range(2
 
 def pass_run(run: RunEvents) -> TryPass:
     """The pass over a whole run."""
-    p = TryPass()
-    p.feed(run)
+    p = TryPass(run)
+    p.feed()
     return p
 
 

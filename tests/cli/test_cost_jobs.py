@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import shutil
 import signal
@@ -226,6 +227,24 @@ def test_a_conflicting_copy_across_pieces_is_found_in_either_order(
         assert code == 1
         assert '"kind": "conflicting_copies"' in out
         assert (code, out) == _cost(files, capsys, "--jobs", "1")[:2]
+
+
+def test_reads_are_merged_in_piece_order_whatever_order_they_finish_in(tmp_path: Path) -> None:
+    # A run cut into ranges read by several workers is in seq order again once
+    # merged, so the model takes it as it is (no sort, no row made again).
+    run = _run_a(1, 100.0, 60, restore_from=None)
+    path = write_run(tmp_path / "one.jsonl", run)
+    size = path.stat().st_size
+    cuts = [0, size // 3, 2 * size // 3, size]
+    ps = [pieces.Piece(str(path), lo, hi) for lo, hi in itertools.pairwise(cuts)]
+    tasks = [[2], [0], [1]]  # as the workers finish: the last range first
+    merge = jobs_module._Merge(ps)
+    for task in tasks:
+        merge.add(task, jobs_module.read_pieces([(i, ps[i]) for i in task]))
+    ((cols, _),) = merge.builder._collector.runs.values()
+    assert list(cols.seq) == sorted(cols.seq) == [ev.seq for ev in run]
+    (built,) = merge.builder.build().runs
+    assert built.events.events is cols
 
 
 @pytest.mark.parametrize(

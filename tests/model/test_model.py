@@ -40,7 +40,7 @@ def test_a_use_goes_on_in_the_group_with_a_later_attempt_or_in_another_run() -> 
 
 
 def _columns(ev: Any) -> tuple[Any, ...]:
-    return (list(ev.seq), list(ev.time), bytes(ev.kind), ev.events, ev.versions)
+    return (list(ev.seq), list(ev.time), bytes(ev.kind), list(ev.events), ev.versions)
 
 
 @settings(max_examples=30, deadline=None, database=None, derandomize=True)
@@ -120,31 +120,57 @@ def test_a_pass_fed_in_segments_is_the_pass_over_the_whole_run(
 ) -> None:
     for run in runs:
         events = normalize(run[0].run_id, run, [0] * len(run))
-        whole = TryPass()
-        whole.feed(events)
-        parts = TryPass()
+        whole = TryPass(events)
+        whole.feed()
+        parts = TryPass(events)
         bounds = sorted({0, *(min(c, len(events)) for c in cuts), len(events)})
         for lo, hi in itertools.pairwise(bounds):
-            parts.feed(events, lo, hi)
-        for name in Tries.__slots__:
+            parts.feed(lo, hi)
+            assert len(parts.tries.end_kind) == len(parts.tries)  # made again after a feed
+        for name in Tries.COLUMNS:
             assert _same(list(getattr(parts.tries, name)), list(getattr(whole.tries, name)))
         assert parts.sib.last_start == whole.sib.last_start
-        assert parts.sib.last_seal == whole.sib.last_seal
         assert parts.sib.resumed == whole.sib.resumed
 
 
-def test_a_run_read_from_a_file_holds_one_string_per_run_id_and_group_id(tmp_path: Any) -> None:
-    # A decoder makes a string a line; the model keeps one per name (memory).
+def test_a_run_read_from_a_file_holds_its_attempt_events_as_rows_with_one_string_per_group(
+    tmp_path: Any,
+) -> None:
+    # Memory: an event object costs some 200 bytes, a row of the columns about 50.
     timed = [(101.0 + i, (disp if i % 2 == 0 else seal)(i // 10, i // 2 % 5)) for i in range(100)]
+    timed.append(
+        (
+            201.0,
+            rt.AttemptRefused(group_id="g", prompt_id=9, generation_index=0, attempt=0, reason="x"),
+        )
+    )
     lines = make_run(7, 100.0, timed, closed=300.0)
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"".join(msgspec.json.encode(ev) + b"\n" for ev in lines))
     (run,) = analyze(str(path)).runs
     events = run.events.events
-    assert len(events) == len(lines) == 102
-    assert len({id(ev.run_id) for ev in events}) == 1
-    groups = [ev.group_id for ev in events if hasattr(ev, "group_id")]
-    assert len({id(g) for g in groups}) == len(set(groups)) == 10
+    assert len(events) == len(lines) == 103
+    assert [type(ev) for ev in events.objs] == [rt.TraceOpened, rt.TraceClosed]
+    assert len(events.p) == 101
+    assert len({id(g) for g in events.gid}) == len(set(events.gid)) == 11
+    # Each row made again is the event its line holds.
+    assert list(events) == lines
+
+
+def test_attempt_events_whose_fields_do_not_fit_a_column_are_held_as_they_are(
+    tmp_path: Any,
+) -> None:
+    huge = rt.AttemptSealed(group_id="g", prompt_id=2, generation_index=0, attempt=2**70)
+    lines = make_run(7, 100.0, [(101.0, disp("p-1", 0)), (102.0, disp(3, 0)), (103.0, huge)])
+    for i, ev in enumerate(lines):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_bytes(msgspec.json.encode(ev) + b"\n")
+    (run,) = analyze(str(tmp_path)).runs
+    assert list(run.events.events) == lines
+    # One line a file: each block that holds such an event is held whole.
+    held = [ev.prompt_id for ev in run.events.events.objs if hasattr(ev, "prompt_id")]
+    assert held == ["p-1", 2]
+    assert [run.tries.prompt_id, run.tries.attempt] == [["p-1", 3, 2], [0, 0, 2**70]]
 
 
 def test_events_of_a_frozen_class_are_taken_as_they_are() -> None:
