@@ -92,12 +92,22 @@ _ROW_CLASS: dict[int, Any] = {
     REFUSED: AttemptRefused,
     ABANDONED: AttemptAbandoned,
 }
+# The column that holds each field of a row.
+_COLUMN_OF = {
+    "prompt_id": "p",
+    "generation_index": "g",
+    "attempt": "a",
+    "group_id": "gid",
+    "weight_version": "x",
+    "turn": "x",
+}
 # The field ``x`` holds, by kind ("": none).
 _X_NAME = {DISPATCHED: "weight_version", RESUMED: "turn", SEALED: "", REFUSED: "", ABANDONED: ""}
 # Kind code -> 1 for the attempt kinds, for those with a reason, and its opposite.
 _ATTEMPT_FLAGS = bytes(1 if is_attempt(k) else 0 for k in range(256))
 _REASON_FLAGS = bytes(1 if k in (REFUSED, ABANDONED) else 0 for k in range(256))
 _NOT = bytes([1, 0] + [0] * 254)
+_NONE = itertools.repeat(None)
 
 
 def _msgpack_events() -> Any:
@@ -295,6 +305,27 @@ class Columns(Sequence[Any]):
             out.gid.append(self.gid[r])
             out.x.append(self.x[r])
         return out
+
+    def values(self, name: str, at: Sequence[int]) -> list[Any]:
+        """``self[i].<name>`` for each ``i`` of ``at`` (each event there has the field),
+        read from the columns in C: no row is made again."""
+        held, objs = self.held, self.objs
+        k = array("q", map(bisect.bisect_left, itertools.repeat(held), at))
+        ends = held + array("q", [-1])
+        is_held = bytes(map(operator.eq, map(ends.__getitem__, k), at))
+        got = map(getattr, map((*objs, None).__getitem__, k), itertools.repeat(name), _NONE)
+        column = _COLUMN_OF.get(name)
+        if column is None and name != "reason":
+            return list(got)
+        rows = map(operator.sub, at, k)
+        if column is None:
+            from_rows = map(self.reasons.get, rows)
+        else:
+            values = getattr(self, column)
+            # A held event's row would be another's: it reads the added last one instead.
+            safe = map(tuple.__getitem__, zip(rows, itertools.repeat(len(values))), is_held)
+            from_rows = map((*values, None).__getitem__, safe)
+        return list(map(tuple.__getitem__, zip(from_rows, got, strict=True), is_held))
 
     def attempts(self) -> AttemptTable:
         """The run's attempt events as one table, in order."""

@@ -347,14 +347,15 @@ def _restored_version(a: RunEvents, start: int | None, c: float) -> int | None:
     synced: int | None = None
     have_sync = False
     top = start
-    kinds, times, events = a.kind, a.time, a.events
-    for i in a.where(WEIGHTS, DISPATCHED):
+    kinds, times = a.kind, a.time
+    at = a.where(WEIGHTS, DISPATCHED)
+    for i, version in zip(at, a.events.values("weight_version", at), strict=True):
         if not times[i] <= c:
             continue
         if kinds[i] == WEIGHTS:
-            synced, have_sync = events[i].weight_version, True
+            synced, have_sync = version, True
         else:
-            top = _higher(top, events[i].weight_version)
+            top = _higher(top, version)
     return synced if have_sync else top
 
 
@@ -370,8 +371,10 @@ def _versions_of_steps(ev: RunEvents, start: int | None) -> dict[int, int | None
     seen_any_sync = False
     seen_top: int | None = None
     current = -1
-    kinds, seqs, events = ev.kind, ev.seq, ev.events
-    for i in ev.where(STEP, WEIGHTS, DISPATCHED):
+    kinds, seqs = ev.kind, ev.seq
+    at = ev.where(STEP, WEIGHTS, DISPATCHED)
+    versions = ev.events.values("weight_version", ev.where(WEIGHTS, DISPATCHED))[::-1]
+    for i in at:
         seq = seqs[i]
         if seq != current:
             if seen_any_sync:
@@ -383,9 +386,9 @@ def _versions_of_steps(ev: RunEvents, start: int | None) -> dict[int, int | None
         if kind == STEP:
             out[seq] = synced if have_sync else top
         elif kind == WEIGHTS:
-            seen_sync, seen_any_sync = events[i].weight_version, True
+            seen_sync, seen_any_sync = versions.pop(), True
         else:
-            seen_top = _higher(seen_top, events[i].weight_version)
+            seen_top = _higher(seen_top, versions.pop())
     return out
 
 

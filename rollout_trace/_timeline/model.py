@@ -150,13 +150,21 @@ class RunLine:
     # In seq order, one per seq; a ``Mark`` is made as each is read.
     marks: MarkTable = field(default_factory=MarkTable)
     restores: list[Restore] = field(default_factory=list)
-    lanes: int = 0
     # Events of kinds the timeline does not know that were left out (beyond
     # the first ``fold.OTHER_PER_RUN`` by seq): True when there were any.
     others_cut: bool = False
     # The seq of each step -> the weight version it is judged against
     # (``_model.stops.step_versions``; None: not known).
     step_versions: dict[int, int | None] = field(default_factory=dict)
+    _lanes: int | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def lanes(self) -> int:
+        """The rows the tries take; each try's ``lane`` is given at the first look
+        (only a drawing needs them: ``pack_lanes``)."""
+        if self._lanes is None:
+            self._lanes = pack_lanes(self.attempts)
+        return self._lanes
 
     @property
     def label(self) -> str:
@@ -362,7 +370,6 @@ def run_line(
         )
     _sort_attempts(attempts)
     line.attempts = attempts
-    line.lanes = pack_lanes(attempts)
     table = line.marks
     others: list[int] = []
     for i in run.marks:

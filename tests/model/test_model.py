@@ -20,7 +20,18 @@ from scenario import disp, make_run, resume, run_id, seal, step
 import rollout_trace as rt
 from rollout_trace._model import analyze
 from rollout_trace._model.runs import normalize
-from rollout_trace._model.terms import OUTCOMES, EndKind, outcome_of, same_use
+from rollout_trace._model.terms import (
+    ABANDONED,
+    DISPATCHED,
+    OUTCOMES,
+    REFUSED,
+    RESUMED,
+    SEALED,
+    WEIGHTS,
+    EndKind,
+    outcome_of,
+    same_use,
+)
 from rollout_trace._model.tries import Tries, TryPass
 from rollout_trace._timeline.model import OUTCOMES as TIMELINE_OUTCOMES
 
@@ -185,3 +196,24 @@ def test_events_of_a_frozen_class_are_taken_as_they_are() -> None:
     kinds = [type(ev) for ev in ts.runs[0].events.events]
     assert kinds == [rt.TraceOpened, Frozen, rt.AttemptDispatched]
     assert len(ts.runs[0].tries) == 1
+
+
+@settings(max_examples=20, deadline=None, database=None, derandomize=True)
+@given(runs=trace_sets())
+def test_a_field_read_from_the_columns_is_the_field_of_the_event(
+    runs: list[list[rt.Event]], tmp_path_factory: Any
+) -> None:
+    folder = tmp_path_factory.mktemp("set")
+    for n, run in enumerate(runs):
+        (folder / f"{n}.jsonl").write_bytes(b"".join(msgspec.json.encode(e) + b"\n" for e in run))
+    for run in analyze(str(folder)).runs:
+        ev = run.events
+        for name, kinds in [
+            ("weight_version", (DISPATCHED, WEIGHTS)),
+            ("turn", (RESUMED,)),
+            ("reason", (REFUSED, ABANDONED)),
+            ("prompt_id", (DISPATCHED, RESUMED, SEALED, REFUSED, ABANDONED)),
+            ("group_id", (SEALED, REFUSED)),
+        ]:
+            at = ev.where(*kinds)
+            assert ev.events.values(name, at) == [getattr(ev.events[i], name) for i in at]
