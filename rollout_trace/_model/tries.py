@@ -76,6 +76,7 @@ class Tries:
 
     COLUMNS = (
         "attempt",
+        "outcomes",
         "end_kind",
         "end_seq",
         "end_time",
@@ -105,7 +106,12 @@ class Tries:
         return self.start_kind[i] != 0
 
     def outcome(self, i: int) -> str:
-        return outcome_of(self.end_kind[i], self.reason[i])
+        return self.outcomes[i]
+
+    @functools.cached_property
+    def outcomes(self) -> list[str]:
+        """Each try's outcome (``terms.outcome_of``)."""
+        return list(map(outcome_of, self.end_kind, self.reason))
 
     def sibling(self, i: int) -> SiblingKey:
         return (self.prompt_id[i], self.generation_index[i])
