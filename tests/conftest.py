@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,14 @@ INTEGRATION = frozenset(
         "writing/test_writer_core.py",
     }
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A shell runs a background job with SIGINT ignored, and Python then keeps
+    # no handler of its own: the tests that send the process a real Ctrl-C
+    # need the handler an interactive run has, wherever the suite is started.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

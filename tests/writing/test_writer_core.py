@@ -510,3 +510,19 @@ def test_a_clock_that_fails_later_costs_its_events_not_trace_closed() -> None:
     lines = [json.loads(line) for line in t.sinks[0].lines()]  # type: ignore[attr-defined]
     assert [line["event"] for line in lines] == ["trace_opened", "trace_closed"]
     assert lines[-1]["invalid"] == 1 and lines[-1]["time"] == 6.0
+
+
+def test_the_ctrl_c_tests_hold_when_the_suite_runs_as_a_background_job(tmp_path: Path) -> None:
+    # A shell starts a background job with SIGINT ignored; the suite's own
+    # setup gives the tests that send a real Ctrl-C the handler they need.
+    test = f"{__file__}::test_ctrl_c_in_close_leaves_a_tracer_that_closes_and_opens_again"
+    bt = ["--basetemp", str(tmp_path / "bt")]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", test, *bt],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
