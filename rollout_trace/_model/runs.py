@@ -107,7 +107,6 @@ _X_NAME = {DISPATCHED: "weight_version", RESUMED: "turn", SEALED: "", REFUSED: "
 _ATTEMPT_FLAGS = bytes(1 if is_attempt(k) else 0 for k in range(256))
 _REASON_FLAGS = bytes(1 if k in (REFUSED, ABANDONED) else 0 for k in range(256))
 _NOT = bytes([1, 0] + [0] * 254)
-_NONE = itertools.repeat(None)
 
 
 def _msgpack_events() -> Any:

@@ -31,7 +31,6 @@ import msgspec
 
 from .runs import AttemptTable, RunEvents
 from .terms import (
-    ABANDONED,
     DISPATCHED,
     END_OF_KIND,
     RESTORE_FINISHED,
@@ -300,9 +299,6 @@ _ONLY = {k: bytes(1 if c == k else 0 for c in range(256)) for k in (DISPATCHED, 
 _MARK_KINDS = tuple(
     k for k in range(256) if not is_attempt(k) and k not in (RESTORE_STARTED, RESTORE_FINISHED)
 )
-
-# Kind code -> 1 for the attempt kinds, else 0 (``bytes.translate``).
-_ATTEMPT_FLAGS = bytes(1 if DISPATCHED <= k <= ABANDONED else 0 for k in range(256))
 
 
 def pass_run(run: RunEvents) -> TryPass:
