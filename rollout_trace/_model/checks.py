@@ -486,7 +486,7 @@ class _Run:
     def __init__(self, run_id: str, events: RunEvents, file: str) -> None:
         self.run_id = run_id
         self.events = events
-        self.tries = pass_run(events).tries
+        self.tries, _ = pass_run(events)
         self.left_out = LeftOut(events) if events.left_out else None
         self.file = file  # the first file it was read from
         self.off_clock = 0  # event times that are not Unix seconds

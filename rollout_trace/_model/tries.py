@@ -1,6 +1,6 @@
 """One pass per run: its tries (``terms`` defines a try) and its marks.
 
-``TryPass`` is the automaton over a run's attempt events in seq order:
+``pass_run`` is the automaton over a run's attempt events in seq order:
 
 - a start of ``(sibling, attempt)`` while a try of it is open supersedes that
   try (it ends ``SUPERSEDED`` at the new start) and opens a new one;
@@ -17,7 +17,6 @@ are paired into ``Restore``s.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import math
@@ -46,7 +45,6 @@ __all__ = [
     "Run",
     "SiblingIndex",
     "Tries",
-    "TryPass",
     "marks_of",
     "pass_run",
     "restores_of",
@@ -73,24 +71,6 @@ class Tries:
     the start gave none; ``reason`` is a refusal's or abandon's.
     """
 
-    COLUMNS = (
-        "attempt",
-        "outcomes",
-        "end_kind",
-        "end_seq",
-        "end_time",
-        "generation_index",
-        "group_id",
-        "prompt_id",
-        "reason",
-        "start_kind",
-        "start_seq",
-        "start_time",
-        "superseded_at",
-        "turn",
-        "weight_version",
-    )
-
     def __init__(self, run: RunEvents, table: AttemptTable) -> None:
         self._run = run
         self._table = table
@@ -114,12 +94,6 @@ class Tries:
 
     def sibling(self, i: int) -> SiblingKey:
         return (self.prompt_id[i], self.generation_index[i])
-
-    def _forget(self) -> None:
-        """Drop the columns made so far (the pass was fed more events)."""
-        for name in self.COLUMNS:
-            if name != "superseded_at":
-                self.__dict__.pop(name, None)
 
     def _at_first(self, column: Sequence[Any]) -> Sequence[Any]:
         """``column`` at each try's first event: an array of a column that is one."""
@@ -219,73 +193,50 @@ class SiblingIndex:
         self.resumed: set[SiblingKey] = set()
 
 
-class TryPass:
-    """The automaton: feed it a run's events in seq order (see the module)."""
+def pass_run(run: RunEvents) -> tuple[Tries, SiblingIndex]:
+    """The pass over a whole run (see the module): its tries and its siblings."""
+    table = run.events.attempts()
+    tries = Tries(run, table)
+    # Attempt key -> its open try, or ``~j`` once its last started try j ended.
+    open_: dict[AttemptKey, int] = {}
+    where = table.where
+    # The keys are made in C: the loop does no more than pair ends with starts.
+    keys = zip(table.p, table.g, table.a, strict=True)
+    first, end, superseded_at = tries.first, tries.end, tries.superseded_at
+    times = run.time
+    add_first, add_end = first.append, end.append
+    n = 0
+    for k, (key, kind) in enumerate(zip(keys, table.kind, strict=True)):
+        j = open_.get(key)
+        if kind <= RESUMED:  # a start
+            if j is not None and j >= 0:  # supersedes the open try
+                superseded_at[j] = times[where[k]]
+            open_[key] = n
+            add_first(k), add_end(-1)
+            n += 1
+        elif j is not None and j >= 0:
+            end[j] = k
+            open_[key] = ~j
+        else:  # an end whose start is not in the run: a try of its own
+            add_first(k), add_end(k)
+            n += 1
+    return tries, _siblings(tries)
 
-    def __init__(self, run: RunEvents) -> None:
-        self.run = run
-        self.table = run.events.attempts()
-        self.tries = Tries(run, self.table)
-        # Attempt key -> its open try, or ``~j`` once its last started try j ended.
-        self.open: dict[AttemptKey, int] = {}
-        self._sib: SiblingIndex | None = None
 
-    def feed(self, start: int = 0, stop: int | None = None) -> None:
-        """Take the run's events ``start:stop`` (attempt events only do anything)."""
-        table, tries, open_ = self.table, self.tries, self.open
-        where = table.where
-        lo = bisect.bisect_left(where, start)
-        hi = len(where) if stop is None else bisect.bisect_left(where, stop)
-        # The keys are made in C: the loop does no more than pair ends with starts.
-        keys = zip(table.p[lo:hi], table.g[lo:hi], table.a[lo:hi], strict=True)
-        first, end, superseded_at = tries.first, tries.end, tries.superseded_at
-        times = self.run.time
-        add_first, add_end = first.append, end.append
-        n = len(first)
-        for k, key, kind in zip(range(lo, hi), keys, table.kind[lo:hi], strict=True):
-            j = open_.get(key)
-            if kind <= RESUMED:  # a start
-                if j is not None and j >= 0:  # supersedes the open try
-                    superseded_at[j] = times[where[k]]
-                open_[key] = n
-                add_first(k), add_end(-1)
-                n += 1
-            elif j is not None and j >= 0:
-                end[j] = k
-                open_[key] = ~j
-            else:  # an end whose start is not in the run: a try of its own
-                add_first(k), add_end(k)
-                n += 1
-        tries._forget()
-        self._sib = None
-
-    @property
-    def sib(self) -> SiblingIndex:
-        """Read off the tries at the first look-up after a feed."""
-        if self._sib is None:
-            t = self.tries
-            started = list(compress(range(len(t)), t.start_kind))
-            sib = SiblingIndex()
-            sibs = list(
-                zip(
-                    map(t.prompt_id.__getitem__, started),
-                    map(t.generation_index.__getitem__, started),
-                    strict=True,
-                )
-            )
-            sib.last_start = dict(zip(sibs, started, strict=True))
-            sib.resumed = set(
-                compress(
-                    sibs,
-                    map(
-                        operator.eq,
-                        map(t.start_kind.__getitem__, started),
-                        itertools.repeat(RESUMED),
-                    ),
-                )
-            )
-            self._sib = sib
-        return self._sib
+def _siblings(t: Tries) -> SiblingIndex:
+    started = list(compress(range(len(t)), t.start_kind))
+    sib = SiblingIndex()
+    sibs = list(
+        zip(
+            map(t.prompt_id.__getitem__, started),
+            map(t.generation_index.__getitem__, started),
+            strict=True,
+        )
+    )
+    sib.last_start = dict(zip(sibs, started, strict=True))
+    resumed = map(operator.eq, map(t.start_kind.__getitem__, started), itertools.repeat(RESUMED))
+    sib.resumed = set(compress(sibs, resumed))
+    return sib
 
 
 _OPEN, _SUPERSEDED = int(EndKind.OPEN), int(EndKind.SUPERSEDED)
@@ -299,13 +250,6 @@ _ONLY = {k: bytes(1 if c == k else 0 for c in range(256)) for k in (DISPATCHED, 
 _MARK_KINDS = tuple(
     k for k in range(256) if not is_attempt(k) and k not in (RESTORE_STARTED, RESTORE_FINISHED)
 )
-
-
-def pass_run(run: RunEvents) -> TryPass:
-    """The pass over a whole run."""
-    p = TryPass(run)
-    p.feed()
-    return p
 
 
 def marks_of(run: RunEvents) -> list[int]:
@@ -358,9 +302,7 @@ class Run:
         self.events = events
         self.files = files
         self.index = -1
-        done = pass_run(events)
-        self.tries = done.tries
-        self.sib = done.sib
+        self.tries, self.sib = pass_run(events)
         self.marks = marks_of(events)
         self.restores = restores_of(events)
 

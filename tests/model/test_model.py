@@ -6,7 +6,6 @@ the model adds or decides itself.
 
 from __future__ import annotations
 
-import itertools
 import random
 from typing import Any
 
@@ -15,7 +14,7 @@ from analysis.test_analysis import trace_sets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model.test_equivalence import _same
-from scenario import disp, make_run, resume, run_id, seal, step
+from scenario import abandon, disp, make_run, resume, run_id, seal, step
 
 import rollout_trace as rt
 from rollout_trace._model import analyze
@@ -32,7 +31,7 @@ from rollout_trace._model.terms import (
     outcome_of,
     same_use,
 )
-from rollout_trace._model.tries import Tries, TryPass
+from rollout_trace._model.tries import pass_run
 from rollout_trace._timeline.model import OUTCOMES as TIMELINE_OUTCOMES
 
 
@@ -124,24 +123,76 @@ def test_the_model_is_the_same_in_any_layout(runs: list[list[rt.Event]], seed: i
         )
 
 
-@settings(max_examples=30, deadline=None, database=None, derandomize=True)
-@given(runs=trace_sets(), cuts=st.lists(st.integers(0, 60), max_size=4))
-def test_a_pass_fed_in_segments_is_the_pass_over_the_whole_run(
-    runs: list[list[rt.Event]], cuts: list[int]
+ATTEMPT_EVENTS = (
+    rt.AttemptDispatched,
+    rt.AttemptResumed,
+    rt.AttemptSealed,
+    rt.AttemptRefused,
+    rt.AttemptAbandoned,
+)
+
+
+def _paired(events: Any) -> list[tuple[int, int, bool, Any, int, int]]:
+    """The tries of a run by a plain reading of the definition: each start opens a
+    try of its (sibling, attempt), superseding one still open; each end closes
+    the open one, or is a try of its own. (start seq, end seq, superseded, key)."""
+    tries: list[list[Any]] = []
+    open_: dict[tuple[Any, int, int], int] = {}
+    for ev in events.events:
+        if not isinstance(ev, ATTEMPT_EVENTS):
+            continue
+        key = (ev.prompt_id, ev.generation_index, ev.attempt)
+        if isinstance(ev, (rt.AttemptDispatched, rt.AttemptResumed)):
+            if key in open_:
+                tries[open_[key]][2] = True
+            open_[key] = len(tries)
+            tries.append([ev.seq, -1, False, *key])
+        elif key in open_:
+            tries[open_.pop(key)][1] = ev.seq
+        else:
+            tries.append([-1, ev.seq, False, *key])
+    return [tuple(t) for t in tries]  # type: ignore[misc]
+
+
+# Attempt events of few keys, so that starts supersede and ends come twice or alone.
+_MAKERS = (disp, resume, seal, lambda p, g, a: abandon(p, g, a, "restart"))
+_STREAMS = st.lists(
+    st.tuples(st.sampled_from(_MAKERS), st.integers(0, 1), st.integers(0, 1), st.integers(0, 1)),
+    max_size=30,
+).map(
+    lambda picks: make_run(
+        3, 100.0, [(101.0 + i, make(p, g, a)) for i, (make, p, g, a) in enumerate(picks)]
+    )
+)
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True)
+@given(runs=trace_sets(), stream=_STREAMS)
+def test_the_pass_pairs_as_the_definition_reads(
+    runs: list[list[rt.Event]], stream: list[rt.Event]
 ) -> None:
-    for run in runs:
+    for run in [*runs, stream]:
         events = normalize(run[0].run_id, run, [0] * len(run))
-        whole = TryPass(events)
-        whole.feed()
-        parts = TryPass(events)
-        bounds = sorted({0, *(min(c, len(events)) for c in cuts), len(events)})
-        for lo, hi in itertools.pairwise(bounds):
-            parts.feed(lo, hi)
-            assert len(parts.tries.end_kind) == len(parts.tries)  # made again after a feed
-        for name in Tries.COLUMNS:
-            assert _same(list(getattr(parts.tries, name)), list(getattr(whole.tries, name)))
-        assert parts.sib.last_start == whole.sib.last_start
-        assert parts.sib.resumed == whole.sib.resumed
+        tries, sib = pass_run(events)
+        got = list(
+            zip(
+                tries.start_seq,
+                tries.end_seq,
+                [k == EndKind.SUPERSEDED for k in tries.end_kind],
+                tries.prompt_id,
+                tries.generation_index,
+                tries.attempt,
+                strict=True,
+            )
+        )
+        want = _paired(events)
+        assert _same(sorted(got, key=_by_first_seq), sorted(want, key=_by_first_seq))
+        started = [(t[3], t[4]) for t in want if t[0] >= 0]
+        assert set(sib.last_start) == set(started)
+
+
+def _by_first_seq(t: tuple[Any, ...]) -> tuple[int, str]:
+    return (t[0] if t[0] >= 0 else t[1], repr(t[3:]))
 
 
 def test_a_run_read_from_a_file_holds_its_attempt_events_as_rows_with_one_string_per_group(
