@@ -19,7 +19,6 @@ events the run order and the stop read.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import contextlib
 import itertools
@@ -136,6 +135,7 @@ class Columns(Sequence[Any]):
     """
 
     __slots__ = (
+        "_place",
         "a",
         "g",
         "gid",
@@ -165,9 +165,21 @@ class Columns(Sequence[Any]):
         self.gid: list[str] = []
         self.x: array[int] = array("i")
         self.reasons: dict[int, str] = {}
+        self._place: tuple[bytearray, array[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.kind)
+
+    def place(self) -> tuple[bytearray, array[int]]:
+        """Where each event is: ``held[i]`` whether event ``i`` is held as an object,
+        ``before[i]`` how many held events come before it. A held event is
+        ``objs[before[i]]``, any other the row ``i - before[i]``."""
+        if self._place is None or len(self._place[0]) != len(self):
+            held = bytearray(len(self))
+            for i in self.held:
+                held[i] = 1
+            self._place = (held, array("q", itertools.accumulate(held, initial=0)))
+        return self._place
 
     @overload
     def __getitem__(self, i: int) -> Any: ...
@@ -180,10 +192,9 @@ class Columns(Sequence[Any]):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        k = bisect.bisect_left(self.held, i)
-        if k < len(self.held) and self.held[k] == i:
-            return self.objs[k]
-        return self._row_event(i, i - k)
+        held, before = self.place()
+        k = before[i]
+        return self.objs[k] if held[i] else self._row_event(i, i - k)
 
     def _row_event(self, i: int, r: int) -> Any:
         """Event ``i``, row ``r``, made again from its fields."""
@@ -281,21 +292,15 @@ class Columns(Sequence[Any]):
         out.seq = array("q", map(self.seq.__getitem__, order))
         out.time = array("d", map(self.time.__getitem__, order))
         out.kind = bytearray(map(self.kind.__getitem__, order))
-        held = dict(zip(self.held, self.objs, strict=True))
-        # The row of each event (-1: held): rows are the events not held, in order.
-        row = array("q", [-1]) * len(self)
-        mask = bytearray(b"\1") * len(self)
-        for i in self.held:
-            mask[i] = 0
-        for r, i in enumerate(compress(range(len(self)), mask)):
-            row[i] = r
+        held, before = self.place()
         for at, i in enumerate(order):
-            r = row[i]
-            if r < 0:
+            k = before[i]
+            if held[i]:
                 out.held.append(at)
-                out.objs.append(held[i])
+                out.objs.append(self.objs[k])
                 out.held_attempts += is_attempt(self.kind[i])
                 continue
+            r = i - k
             if r in self.reasons:
                 out.reasons[len(out.p)] = self.reasons[r]
             out.p.append(self.p[r])
@@ -308,10 +313,10 @@ class Columns(Sequence[Any]):
     def values(self, name: str, at: Sequence[int]) -> list[Any]:
         """``self[i].<name>`` for each ``i`` of ``at`` (each event there has the field),
         read from the columns in C: no row is made again."""
-        held, objs = self.held, self.objs
-        k = array("q", map(bisect.bisect_left, itertools.repeat(held), at))
-        ends = held + array("q", [-1])
-        is_held = bytes(map(operator.eq, map(ends.__getitem__, k), at))
+        objs = self.objs
+        held, before = self.place()
+        k = array("q", map(before.__getitem__, at))
+        is_held = bytes(map(held.__getitem__, at))
         got = map(getattr, map((*objs, None).__getitem__, k), itertools.repeat(name), _NONE)
         column = _COLUMN_OF.get(name)
         if column is None and name != "reason":
@@ -356,6 +361,7 @@ class Columns(Sequence[Any]):
         # Pickling event objects costs some 7 us an event both ways, msgpack about
         # 0.5: the held events go as msgpack where their classes allow.
         state = {name: getattr(self, name) for name in self.__slots__}
+        state["_place"] = None  # made again where it is needed
         known = set(REGISTRY.decodable_types().values())
         if all(type(ev) in known for ev in self.objs):
             with contextlib.suppress(OverflowError, TypeError):
@@ -496,17 +502,14 @@ class RunEvents:
     __slots__ = (
         "copies",
         "events",
-        "kind",
         "left_out",
         "line",
         "other_file",
         "repeats",
         "run_id",
         "same_file",
-        "seq",
         "sources",
         "src",
-        "time",
         "unusable",
         "versions",
     )
@@ -514,9 +517,6 @@ class RunEvents:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.events = Columns(run_id)
-        self.seq = self.events.seq
-        self.time = self.events.time
-        self.kind = self.events.kind
         self.repeats = 0
         self.same_file = 0
         self.other_file = 0
@@ -530,6 +530,20 @@ class RunEvents:
 
     def __len__(self) -> int:
         return len(self.events)
+
+    @property
+    def seq(self) -> array[int]:
+        """Each event's seq (the columns')."""
+        return self.events.seq
+
+    @property
+    def time(self) -> array[float]:
+        return self.events.time
+
+    @property
+    def kind(self) -> bytearray:
+        """Each event's kind code (``terms``)."""
+        return self.events.kind
 
     # --- what the model reads of a run --------------------------------------------
 
@@ -631,7 +645,7 @@ def normalize(
     # The usual case, done column by column in C: lines in seq order, none
     # repeated, every seq usable.
     if seqs and seqs[0] >= 0 and seqs[-1] < SEQ_LIMIT and all(map(operator.lt, seqs, seqs[1:])):
-        out.events, out.seq, out.time, out.kind = events, events.seq, events.time, events.kind
+        out.events = events
         if lines is not None:
             out.src = array("i", sources)
             out.line = array("q", lines)
@@ -661,7 +675,6 @@ def normalize(
             kept += settle(out, seq, keep[j:k], events, sources, lines, base=len(kept))
         j = k
     out.events = events.take(kept)
-    out.seq, out.time, out.kind = out.events.seq, out.events.time, out.events.kind
     if lines is not None:
         out.src = array("i", [sources[x] for x in kept])
         out.line = array("q", [lines[x] for x in kept])
