@@ -324,7 +324,7 @@ def _same_fates(a: dict[int, Fate], b: dict[int, Fate]) -> bool:
 
 def _figures(run: Run, fates: dict[int, Fate], stall_after: float) -> _Figures:
     """One run's figures, from its line as ``timeline_of`` draws it and ``report`` reads it."""
-    line = run_line(run, {(run.index, i): f for i, f in fates.items()})
+    line = run_line(run, fates)
     seals = [a.end for a in line.attempts if a.outcome == "sealed"]
     since = line.last_time - RATE_WINDOW_S
     span = min(RATE_WINDOW_S, max(line.last_time - line.first_time, 1.0))

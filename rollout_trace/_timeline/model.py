@@ -28,8 +28,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterable
+import operator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
@@ -37,7 +39,7 @@ from .._model import terms
 from .._model.runs import RunEvents
 from .._model.stops import CLASSES, FIGURES, Note, StopCost
 from .._model.traceset import Fate, Model, analyze
-from .._model.tries import Run
+from .._model.tries import Run, Tries
 from .._schema.decoding import UnknownEvent
 from . import marks
 from .marks import Mark, MarkTable
@@ -275,9 +277,11 @@ _MARK_CODE = {
 def timeline_of(ts: Model) -> Timeline:
     """The timeline of a trace set's model: its runs in the run order, each try
     an ``Attempt`` (with the fate its stop gave it), its marks and restores."""
-    fates = ts.fates
+    by_run: dict[int, dict[int, Fate]] = {}
+    for (r, i), given in ts.fates.items():
+        by_run.setdefault(r, {})[i] = given
     versions = ts.step_versions
-    runs = [run_line(run, fates, versions[run.index]) for run in ts.runs]
+    runs = [run_line(run, by_run.get(run.index, {}), versions[run.index]) for run in ts.runs]
     times = [r.first_time for r in runs] + [_max_time(run) for run in ts.runs]
     times += [c for r in runs for c in r.marks.captured()]
     return Timeline(
@@ -316,11 +320,12 @@ _OPEN, _SUPERSEDED = int(terms.EndKind.OPEN), int(terms.EndKind.SUPERSEDED)
 
 def run_line(
     run: Run,
-    fates: dict[tuple[int, int], Fate],
+    fates: Mapping[int, Fate],
     step_versions: dict[int, int | None] | None = None,
 ) -> RunLine:
-    """One run as the timeline draws it; ``fates``: what the stops did to tries
-    (``Model.fates``); ``step_versions``: its steps' versions (``Model.step_versions``)."""
+    """One run as the timeline draws it; ``fates``: what the stops did to its tries,
+    by try (``Model.fates``); ``step_versions``: its steps' versions
+    (``Model.step_versions``)."""
     ev = run.events
     last_time = _last_time(ev)
     line = RunLine(
@@ -333,43 +338,7 @@ def run_line(
         closed=False,
         step_versions={} if step_versions is None else step_versions,
     )
-    t = run.tries
-    attempts = []
-    for i in range(len(t)):
-        started = t.started(i)
-        end = t.end_kind[i]
-        start = t.start_time[i] if started else t.end_time[i]
-        if end == _OPEN:
-            stop = max(last_time, start)
-        elif end == _SUPERSEDED:
-            stop = t.superseded_at[i]
-        else:
-            stop = t.end_time[i]
-        given = fates.get((run.index, i))
-        attempts.append(
-            Attempt(
-                start,
-                stop,
-                t.outcome(i),
-                t.group_id[i],
-                t.prompt_id[i],
-                t.generation_index[i],
-                t.attempt[i],
-                weight_version=t.weight_version[i],
-                resumed_turn=t.turn[i],
-                reason=t.reason[i],
-                started=started,
-                fate=None if given is None else given.fate,
-                stop=0 if given is None else given.stop,
-                lost_from=math.nan if given is None else given.lost_from,
-                lost_s=None if given is None else given.lost_s,
-                start_seq=t.start_seq[i],
-                end_seq=t.end_seq[i],
-                superseded=end == _SUPERSEDED,
-            )
-        )
-    _sort_attempts(attempts)
-    line.attempts = attempts
+    line.attempts = _attempts(run.tries, last_time, fates)
     table = line.marks
     others: list[int] = []
     for i in run.marks:
@@ -418,6 +387,61 @@ def run_line(
     table.finish()
     line.restores = [Restore(r.started, r.finished, r.path, r.step) for r in run.restores]
     return line
+
+
+def _attempts(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> list[Attempt]:
+    """The run's tries as ``Attempt``s, in the order of their first event's seq.
+
+    Made column by column: a try with no start starts at its end; an open one
+    stops at the run's last event, a superseded one at the start that
+    superseded it."""
+    n = len(t)
+    started = t.start_kind.translate(_NONZERO)
+    start = list(map(tuple.__getitem__, zip(t.end_time, t.start_time, strict=True), started))
+    stop = list(t.end_time)
+    for i in compress(range(n), t.end_kind.translate(_IS_OPEN)):
+        stop[i] = max(last_time, start[i])
+    for i, at in t.superseded_at.items():
+        stop[i] = at
+    fate: list[str | None] = [None] * n
+    stop_no = [0] * n
+    lost_from = [math.nan] * n
+    lost_s: list[float | None] = [None] * n
+    for i, given in fates.items():
+        fate[i], stop_no[i], lost_from[i], lost_s[i] = given
+    attempts = list(
+        map(
+            Attempt,
+            start,
+            stop,
+            t.outcomes,
+            t.group_id,
+            t.prompt_id,
+            t.generation_index,
+            t.attempt,
+            t.weight_version,
+            t.turn,
+            t.reason,
+            map(bool, started),
+            fate,
+            stop_no,
+            lost_from,
+            lost_s,
+            itertools.repeat(0),
+            t.start_seq,
+            t.end_seq,
+            map(operator.eq, t.end_kind, itertools.repeat(_SUPERSEDED)),
+        )
+    )
+    # First-event seqs strictly rising (the usual case) need no sort.
+    first = list(map(tuple.__getitem__, zip(t.end_seq, t.start_seq, strict=True), started))
+    if not all(map(operator.lt, first, itertools.islice(first, 1, None))):
+        _sort_attempts(attempts)
+    return attempts
+
+
+_NONZERO = bytes([0] + [1] * 255)
+_IS_OPEN = bytes(1 if k == _OPEN else 0 for k in range(256))
 
 
 def _other_mark(e: Any, t: float, seq: int) -> Mark:
