@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 from .._errors import SinkOptionError
 
 __all__ = ["Sink", "SinkOptionError"]
+
+# The longest real-time slice a wait on the sink's clock sleeps for: a
+# deadline that a test's clock is moved past ends the wait within it.
+WAIT_SLICE_S = 0.05
 
 
 class Sink:
@@ -33,6 +39,12 @@ class Sink:
     options). An exception from ``open()`` stops the tracer from opening; one
     from ``write()`` or ``flush()`` is reported once and the sink is not used
     again. ``write()`` either writes all of ``data`` or raises.
+
+    A sink's own deadlines and timers (a call's timeout, a retry budget, a
+    backoff) are on ``clock``, the tracer's ``deadline_clock``: a test that
+    passes the tracer a ``rollout_trace.testing.MockClock`` moves them with
+    the tracer's own. A sink waits for one with ``wait_until``, never with
+    ``time.sleep`` or a timeout in real time.
     """
 
     #: Query options this sink understands (``jsonl:///x.jsonl?fsync=batch``).
@@ -51,6 +63,10 @@ class Sink:
     #: many bytes, each with its own timeout) keeps each call short of the
     #: tracer's ``close_timeout``, after which it is given up as hung.
     max_write: ClassVar[int | None] = None
+    #: The clock of the sink's deadlines, in seconds that only go forward: the
+    #: tracer sets it to its ``deadline_clock`` before ``open()`` (by default
+    #: ``time.monotonic``). Read it, never ``time.monotonic``, for a deadline.
+    clock: Callable[[], float] = time.monotonic
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         self.location = location
@@ -64,6 +80,24 @@ class Sink:
         tracer waits at least that long for it rather than give it up as hung.
         """
         return 0.0
+
+    def wait_until(self, deadline: float, event: threading.Event | None = None) -> bool:
+        """Wait until ``clock()`` reaches ``deadline``, or until ``event`` is set.
+
+        Whether ``event`` was set (False: the deadline came first). The wait
+        sleeps in slices of real time (``WAIT_SLICE_S`` at most), so that a
+        deadline a test's ``MockClock`` is moved past ends it at the next one.
+        """
+        while True:
+            if event is not None and event.is_set():
+                return True
+            left = deadline - self.clock()
+            if left <= 0:
+                return False
+            if event is not None:
+                event.wait(min(left, WAIT_SLICE_S))
+            else:
+                time.sleep(min(left, WAIT_SLICE_S))
 
     def open(self) -> None:
         """Acquire the resource. Raise ``OSError`` (or any error) if it cannot be had."""

@@ -20,6 +20,7 @@ _FSYNC_MODES = ("never", "batch", "always")
 # path for a file deleted or moved away. A look is a system call, and on the
 # writing thread every system call lets the program take the GIL, which the
 # thread then waits for (a switch interval, 5 ms, while the program is busy).
+# Real time, not ``clock``: it rate-limits stat() calls, a cost per real second; no one waits on it.
 _LOOK_EVERY = 0.25
 # More than JSON lines compress to (some 10 to 20 times): the text a gzip
 # segment's room is first tried with.
@@ -55,7 +56,8 @@ class JsonlSink(Sink):
     most ``rotate_mb`` megabytes (10**6 bytes as written; a write is split at
     whole lines, a line longer than that takes a segment of its own) and is
     ended as soon as it is full; one ``rotate_s`` seconds old is ended before
-    the next batch or at the next ``flush()``. A write split over two
+    the next batch or at the next ``flush()`` (its age is on ``clock``, the
+    tracer's ``deadline_clock``). A write split over two
     segments is a member in each. An ended segment is a whole file, and a
     reader takes a run's segments as one run, in any order.
     """
@@ -80,7 +82,7 @@ class JsonlSink(Sink):
             )
         self.segment = -1  # the current segment's number; -1: not rotating
         self._segment_bytes = 0
-        self._segment_until = math.inf  # time.monotonic() when the segment is due to end
+        self._segment_until = math.inf  # clock() when the segment is due to end (rotate_s)
         self.reopened = 0
         # The write under way (None: none is): file descriptor -> bytes put
         # there, and the files it ended, closed once it is done.
@@ -132,7 +134,7 @@ class JsonlSink(Sink):
             _fsync_dir(parent)
         self._segment_bytes = 0
         if self._rotate_s is not None:
-            self._segment_until = time.monotonic() + self._rotate_s
+            self._segment_until = self.clock() + self._rotate_s
 
     def _still_there(self) -> bool:
         try:
@@ -218,8 +220,8 @@ class JsonlSink(Sink):
             view = view[n:]
 
     def _write_batch(self, data: bytes) -> None:
-        now = time.monotonic()  # no system call (vDSO)
-        if self._fd >= 0 and self._segment_bytes and now >= self._segment_until:
+        now = time.monotonic()  # for the look at the path (_LOOK_EVERY); no system call (vDSO)
+        if self._segment_bytes and self._old():
             self._close_file()  # old enough: ended before this batch
         limit = self._rotate_bytes
         if limit is None:
@@ -266,7 +268,8 @@ class JsonlSink(Sink):
             size = cut * room // len(member)
 
     def _write(self, data: bytes, now: float) -> None:
-        """Put ``data``, as written (a gzip member already), in the file or segment."""
+        """Put ``data``, as written (a gzip member already), in the file or segment;
+        ``now`` is ``time.monotonic()``, for the look at the path."""
         if self._fd < 0 and self.rotating:  # the last segment was ended
             self._next()
             self._look_at = now + _LOOK_EVERY  # just made
@@ -281,9 +284,13 @@ class JsonlSink(Sink):
         elif self.fsync == "always":
             os.fsync(self._fd)
 
+    def _old(self) -> bool:
+        """Whether a segment is open and ``rotate_s`` old, on ``clock``."""
+        return self._fd >= 0 and self._rotate_s is not None and self.clock() >= self._segment_until
+
     def flush(self) -> None:
         self._look_at = 0.0  # the next write looks at the path
-        if self._fd >= 0 and self._segment_bytes and time.monotonic() >= self._segment_until:
+        if self._segment_bytes and self._old():
             self._close_file()  # old enough: whole now
         elif self.fsync == "always" and self._fd >= 0:
             os.fsync(self._fd)

@@ -20,6 +20,12 @@ outage, and what waits is kept staged. Uploads that keep failing for
 ``retry_s`` seconds, or more staged than ``_MAX_STAGED`` bytes, stop the sink:
 the tracer reports it once and counts what it held as lost.
 
+Every one of those times is on the sink's ``clock`` (``Sink.clock``, the
+tracer's ``deadline_clock``): ``rotate_s``, ``upload_s``, ``retry_s``, the
+backoff, each call's ``timeout_s`` and a call's share of it. A call given up
+at its ``timeout_s`` is given up within ``WAIT_SLICE_S`` of the clock passing
+it.
+
 The filesystem is fsspec's for the scheme, configured as its users already
 configure it: the standard variables (``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, ...) and fsspec's own configuration
@@ -34,12 +40,11 @@ import importlib.util
 import logging
 import math
 import posixpath
-import time
 import zlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._base import Sink, SinkOptionError
+from ._base import WAIT_SLICE_S, Sink, SinkOptionError
 from .jsonl import _positive, _split, segment_path
 
 __all__ = ["AzureSink", "GcsSink", "ObjectStoreSink", "S3Sink"]
@@ -234,11 +239,11 @@ class ObjectStoreSink(Sink):
                 raise OSError(f"{self.url_base}: {type(exc).__name__}: {exc}") from exc
             # Unreachable now: the job starts anyway, and the segments are
             # numbered when the store first answers.
-            self._note_failure(exc, time.monotonic())
+            self._note_failure(exc, self.clock())
 
     def write(self, data: bytes) -> None:
         self._raise_stop()
-        now = time.monotonic()
+        now = self.clock()
         if self._current is not None and now >= self._segment_until:
             self._end_segment()
         # A write can join batches queued for megabytes: a segment ends as
@@ -271,7 +276,7 @@ class ObjectStoreSink(Sink):
 
     def flush(self) -> None:
         self._raise_stop()
-        now = time.monotonic()
+        now = self.clock()
         if self._current is not None and now >= self._segment_until:
             self._end_segment()
         uploaded = self._deliver(now, everything=True, forced=True, budget=self._call_budget)
@@ -283,9 +288,9 @@ class ObjectStoreSink(Sink):
             self._end_segment()
         # The tracer already tried again until its drain deadline for what it
         # counts; what is left is its last lines (trace_closed): a short try.
-        until = time.monotonic() + _CLOSE_S
+        until = self.clock() + _CLOSE_S
         while True:
-            now = time.monotonic()
+            now = self.clock()
             self._deliver(now, everything=True, forced=True)
             self._raise_stop()
             if not self._segments:
@@ -295,7 +300,7 @@ class ObjectStoreSink(Sink):
                 raise OSError(
                     f"the last upload to {self.url_base} failed at the close: {self._last_error}"
                 )
-            time.sleep(self._backoff)
+            self.wait_until(now + self._backoff)
 
     @property
     def _call_budget(self) -> float:
@@ -348,7 +353,7 @@ class ObjectStoreSink(Sink):
         after the call began. Whether anything was uploaded."""
         if self._failing_since is not None and not forced and now < self._retry_at:
             return False
-        began = time.monotonic()
+        began = self.clock()
         longest = 0.0  # the longest upload so far, to tell when the next one ends
         uploaded = False
         for segment in list(self._segments):
@@ -358,7 +363,7 @@ class ObjectStoreSink(Sink):
                 if segment is not self._current:
                     self._segments.remove(segment)
                 continue
-            start = time.monotonic()
+            start = self.clock()
             if uploaded and start + longest - began > budget:
                 break  # the rest waits for the next call (still staged)
             try:
@@ -374,18 +379,18 @@ class ObjectStoreSink(Sink):
                 self._note_failure(exc, now)
                 return uploaded
             uploaded = True
-            longest = max(longest, time.monotonic() - start)
+            longest = max(longest, self.clock() - start)
             self._delivered = segment.raw_end
             self._delivered_lines = segment.lines_end
             if segment is not self._current:
                 self._segments.remove(segment)
             else:
-                self._upload_at = time.monotonic() + self._upload_s
+                self._upload_at = self.clock() + self._upload_s
         if self._failing_since is not None:
             logger.warning(
                 "rollout_trace: uploads to %s work again after %.1f s",
                 self.url_base,
-                time.monotonic() - self._failing_since,
+                self.clock() - self._failing_since,
             )
         self._failing_since = None
         self._last_error = None
@@ -409,19 +414,25 @@ class ObjectStoreSink(Sink):
 
         botocore's timeouts do not cover all of a call (a PUT waits for its
         ``100 Continue`` unbounded), so an async filesystem's call runs on its
-        loop under a deadline, and is cancelled there when it passes: a hung
-        upload of older bytes must not land later, over a newer one.
+        loop under a deadline on ``clock``, and is cancelled there when it
+        passes: a hung upload of older bytes must not land later, over a newer
+        one.
         """
         fs = self._fs
         if not getattr(fs, "async_impl", False):
             return getattr(fs, name)(*args)
         limit = self._timeout_s if limit is None else limit
+        end = self.clock() + limit
         future = asyncio.run_coroutine_threadsafe(getattr(fs, "_" + name)(*args), fs.loop)
-        try:
-            return future.result(limit)
-        except concurrent.futures.TimeoutError:
-            if future.done():
-                raise  # the client's own timeout
+        while True:
+            try:
+                # In slices: the deadline is on the clock, which a test moves.
+                return future.result(max(min(end - self.clock(), WAIT_SLICE_S), 0.0))
+            except concurrent.futures.TimeoutError:
+                if future.done():  # the answer came meanwhile, or the client's own timeout
+                    return future.result()
+                if self.clock() < end:
+                    continue
             future.cancel()
             within = f"timeout_s={limit:g}" if limit == self._timeout_s else f"{limit:g}"
             raise TimeoutError(f"{name} had no answer within {within} s") from None

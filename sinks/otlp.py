@@ -22,7 +22,7 @@ from urllib.parse import unquote, unquote_to_bytes, urlsplit
 
 import msgspec
 
-from ._base import Sink, SinkOptionError
+from ._base import WAIT_SLICE_S, Sink, SinkOptionError
 
 try:
     import urllib3
@@ -93,6 +93,10 @@ class OtlpHttpSink(Sink):
     A request the collector answered with a 2xx status is never sent again:
     an answer then cut fails the write. Any other answer, a budget spent, or
     a partial success that rejected records raises ``OtlpExportError``.
+    The deadline and the backoff are on the sink's ``clock`` (the tracer's
+    ``deadline_clock``): a request is cut, and a backoff ends, within
+    ``WAIT_SLICE_S`` of the clock passing them. Each try's socket waits at
+    most what is left of the budget, in real time.
 
     Requests go through the proxy ``$HTTP_PROXY`` or ``$HTTPS_PROXY`` names
     (lower-case names too) unless ``$NO_PROXY`` lists the collector's host,
@@ -139,7 +143,8 @@ class OtlpHttpSink(Sink):
         # close() may run on another thread while a write is under way: it
         # cuts that write's request (``_flight``), and no write starts after it.
         # The watchdog, a thread started by the first write, cuts a request at
-        # its deadline; it waits on ``_lock``, which close() notifies.
+        # its deadline; it waits on ``_lock``, which close() and each new
+        # request notify.
         self._lock = threading.Condition()
         self._closed = threading.Event()
         self._flight: _Flight | None = None
@@ -257,11 +262,12 @@ class OtlpHttpSink(Sink):
         time to wait for each batch export, as the OpenTelemetry spec has it)."""
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=6)
-        flight = _Flight(self.timeout_s, self._closed)
+        flight = _Flight(self, self.timeout_s)
         with self._lock:
             if self._closed.is_set():
                 raise OtlpExportError(f"the sink for {self.url} is closed")
             self._flight = flight
+            self._lock.notify()  # the watchdog watches it
             if self._watchdog is None or not self._watchdog.is_alive():  # or a forked child
                 self._watchdog = threading.Thread(
                     target=self._watch, name=f"rollout_trace {self.url} deadlines", daemon=True
@@ -303,15 +309,16 @@ class OtlpHttpSink(Sink):
     def _watch(self) -> None:
         """Cut each request at its deadline, until the sink is closed: each step of a
         request times out by itself when no byte comes, but an answer trickled a byte
-        at a time does not. With no request to watch, it waits ``timeout_s``: a
-        request that starts meanwhile ends later, so nothing needs to wake it."""
+        at a time does not. A request is watched in slices of ``WAIT_SLICE_S`` (its
+        deadline is on ``clock``, which a test moves); with none to watch, the
+        watchdog sleeps until a request or the close wakes it."""
         with self._lock:
             while not self._closed.is_set():
                 flight = self._flight
                 if flight is None or flight.cut_by is not None:
-                    self._lock.wait(self.timeout_s)
-                elif flight.left() > 0:
-                    self._lock.wait(flight.left())
+                    self._lock.wait()
+                elif (left := flight.left()) > 0:
+                    self._lock.wait(min(left, WAIT_SLICE_S))
                 else:
                     flight.cut("deadline")
 
@@ -413,9 +420,10 @@ class _Flight:
     socket it is on, which ``cut()`` shuts down (at the deadline, or from
     ``close()`` on another thread) to wake a read or a send blocked on it."""
 
-    def __init__(self, timeout_s: float, closed: threading.Event) -> None:
-        self.deadline = time.monotonic() + timeout_s
-        self.closed = closed
+    def __init__(self, sink: OtlpHttpSink, timeout_s: float) -> None:
+        self.sink = sink
+        self.deadline = sink.clock() + timeout_s
+        self.closed = sink._closed
         self.tries = 1
         self.problem = ""  # why the last try failed
         self.asked: float | None = None  # the Retry-After of the last answer, in seconds
@@ -425,7 +433,7 @@ class _Flight:
         self._lock = threading.Lock()
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.deadline - self.sink.clock()
 
     def failed(
         self, error: BaseException | None, response: urllib3.BaseHTTPResponse | None = None
@@ -537,7 +545,9 @@ class _Retry(urllib3.Retry):
         # A Retry-After can only lengthen the backoff: "0" or a date gone by
         # must not make a loop of requests to a collector that is busy.
         wait = max(self.get_backoff_time(), flight.asked or 0.0)
-        if flight.closed.is_set() or wait >= flight.left() or flight.closed.wait(wait):
+        if flight.closed.is_set() or wait >= flight.left():
+            raise _GiveUp
+        if flight.sink.wait_until(flight.sink.clock() + wait, flight.closed):
             raise _GiveUp
         flight.tries += 1
 

@@ -12,6 +12,9 @@ not for anything less.
 
 ``with advancing(clock, seconds):`` does the same for a wait made by the
 block itself, on this thread (an event loop's, a ``with`` block's exit).
+
+``at_once(fn)`` is ``fn()``, which must return while every clock stands
+still: it waits for no deadline (a hang guard of ``HANG_S`` fails it).
 """
 
 from __future__ import annotations
@@ -84,6 +87,25 @@ class Helper:
         return self.box["value"]
 
 
+def bounded(fn: Callable[[], T], within: float = HANG_S, what: str | None = None) -> T:
+    """``fn()`` on a helper thread: its value, or its exception raised here. A hang
+    leaves the thread behind (a daemon) and fails the test after ``within``
+    seconds: a call that never returns cannot wedge the suite."""
+    running = Helper(fn, "test call")
+    running.thread.start()
+    running.thread.join(within)
+    if running.thread.is_alive():
+        name = what if what is not None else getattr(fn, "__name__", repr(fn))
+        pytest.fail(f"{name} did not return within {within} s")
+    return running.result()  # type: ignore[no-any-return]
+
+
+def at_once(fn: Callable[[], T], what: str = "the call") -> T:
+    """``fn()``, which must return (or raise) while the test's clocks stand still:
+    it waits for no deadline."""
+    return bounded(fn, HANG_S, f"{what} waited for a deadline: it")
+
+
 def past_deadline(
     fn: Callable[[], T],
     clock: WatchedClock,
@@ -122,20 +144,33 @@ def advancing(
     ready: Callable[[], bool] = lambda: True,
     early: bool = True,
     must_wait: bool = True,
+    by: str | None = None,
 ) -> Iterator[None]:
     """The block waits, on this thread, for a deadline ``seconds`` ahead on
-    ``clock``: once this thread has read the clock and ``ready()``, a helper
-    moves the clock on (as ``past_deadline`` does). Fails if the block ends
-    before the clock was moved (unless ``must_wait=False``: it may end
+    ``clock``: once ``ready()``, and this thread has read the clock since, a
+    helper moves the clock on (as ``past_deadline`` does). Fails if the block
+    ends before the clock was moved (unless ``must_wait=False``: it may end
     sooner, but never wait longer), or (``early``) before it reached the
-    deadline."""
+    deadline. ``by``: the wait is made on the code's own thread of that name
+    (the tracers open on their writer thread), not on this one."""
     me = threading.get_ident()
     done = threading.Event()
     seen: dict[str, bool] = {}
 
+    def waiter() -> int | None:
+        if by is None:
+            return me
+        return next((t.ident for t in threading.enumerate() if t.name.startswith(by)), None)
+
     def helper() -> None:
         end = time.monotonic() + HANG_S
-        while not (clock.read_by(me) and ready()):
+        # A read once ready() is one that fixed the deadline, or a later one.
+        while not ready():
+            if done.is_set() or time.monotonic() > end:
+                return
+            time.sleep(0.002)
+        clock.forget()
+        while not clock.read_by(waiter()):
             if done.is_set() or time.monotonic() > end:
                 return
             time.sleep(0.002)
@@ -151,12 +186,13 @@ def advancing(
             clock.advance(seconds)
 
     mover = threading.Thread(target=helper, name="test clock", daemon=True)
-    clock.forget()
     mover.start()
     try:
         yield
     finally:
         done.set()
         mover.join(HANG_S + 1)
-    assert seen.get("waited") or not must_wait, "the block ended before the clock moved"
-    assert not seen.get("early"), f"the block ended {SHORT_S} s before its deadline"
+        # Also when the block raised (an open that gave up): a failed check
+        # is what the test reports then.
+        assert seen.get("waited") or not must_wait, "the block ended before the clock moved"
+        assert not seen.get("early"), f"the block ended {SHORT_S} s before its deadline"

@@ -34,7 +34,7 @@ from writing.harness import (
 )
 
 import rollout_trace as rt
-from rollout_trace.sinks import MemorySink
+from rollout_trace.sinks import JsonlSink, MemorySink
 from rollout_trace.testing import MockClock
 
 needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -57,40 +57,38 @@ def _popen(driver: Driver, uris: list[str], body: str, **kwargs: str) -> subproc
 @needs_dev_full
 @pytest.mark.parametrize("driver", ASYNC_DRIVERS, ids=[d.name for d in ASYNC_DRIVERS])
 def test_disk_full_keeps_the_event_loop_running(
-    driver: Driver, trace_log: pytest.LogCaptureFixture
+    driver: Driver, trace_log: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # (That the other sinks keep every event and the counts are what the
     # sinks acknowledged is in tests/writing/test_promises.py.)
-    gaps: list[float] = []
+    writers: set[int] = set()  # the threads the failing file was written from
+    write = JsonlSink.write
 
-    async def scenario(h: Handle) -> MemorySink:
-        async def ticker() -> None:
-            last = time.monotonic()
-            while True:
-                await anyio.sleep(0.002)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
+    def watched(sink: JsonlSink, data: bytes) -> None:
+        writers.add(threading.get_ident())
+        write(sink, data)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            for i in range(20_000):
-                h.emit(dispatched(i))
-                if i % 500 == 0:
-                    await anyio.sleep(0)
-            await h.flush()
-            tg.cancel_scope.cancel()
+    monkeypatch.setattr(JsonlSink, "write", watched)
+
+    async def scenario(h: Handle) -> tuple[MemorySink, int]:
+        for i in range(20_000):
+            h.emit(dispatched(i))
+            if i % 500 == 0:
+                await anyio.sleep(0)
+        await h.flush()
         good = h.tracer.sinks[1]
         assert isinstance(good, MemorySink)
-        return good
+        return good, threading.get_ident()
 
-    good = driver.run(["jsonl:///dev/full", "memory://"], scenario, batch_size=256).value
+    out = driver.run(["jsonl:///dev/full", "memory://"], scenario, batch_size=256)
+    good, loop = out.value
     run = only_run(good.getvalue(), uri="memory://")
     assert run.closed is not None and len(run.events) == 20_000
     reports = [r.getMessage() for r in trace_log.records]
     assert len(reports) == 1 and "No space left on device" in reports[0], reports
-    # The loop never stalled on the failing file: each tick came within 0.5 s.
-    assert len(gaps) > 5 and max(gaps) < 0.5, max(gaps)
+    # The loop never stalled on the failing file: it never wrote to it (the
+    # sink's own thread did, every time).
+    assert writers and loop not in writers, (writers, loop)
 
 
 @needs_dev_full
@@ -246,15 +244,21 @@ def test_a_slow_reader_keeps_memory_bounded_and_counts_drops(driver: Driver) -> 
             if i in MARKS:
                 rss[i] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         """,
-        kwargs="close_timeout=2.0",
+        # The close honours its 2 s deadline: it waits for the clock to reach
+        # it (the reader is too slow to drain the buffer before), then gives
+        # the run up, without the clock going further.
+        kwargs="close_timeout=2.0, deadline_clock=clock, "
+        "closing=lambda: advancing(clock, 2.0, early=False)",
         prelude="""
         import json, resource
+        from deadlines import WatchedClock, advancing
+        clock = WatchedClock()
         N = 2_000_000
         MARKS = {200_000, 1_000_000, N - 1}
         rss = {}
         """,
         then="""
-        report = {"rss": rss, "counts": out.counts._asdict(), "closing": out.close_s}
+        report = {"rss": rss, "counts": out.counts._asdict()}
         sys.stderr.write(json.dumps(report) + "\\n")
         """,
     )
@@ -268,7 +272,10 @@ def test_a_slow_reader_keeps_memory_bounded_and_counts_drops(driver: Driver) -> 
             time.sleep(0.005)
         got += len(proc.stdout.read())
         assert proc.wait(timeout=30) == 0
-        report = json.loads(proc.stderr.read().splitlines()[-1])
+        err = proc.stderr.read()
+        report = json.loads(err.splitlines()[-1])
+    # The close gave the run up at its deadline, with the reader still behind.
+    assert b"took longer than its deadline" in err, err[-2000:]
     counts = report["counts"]
     assert counts["emitted"] == 2_000_000
     assert counts["written"] + counts["dropped"] + counts["invalid"] == counts["emitted"]
@@ -276,7 +283,6 @@ def test_a_slow_reader_keeps_memory_bounded_and_counts_drops(driver: Driver) -> 
     rss = {int(k): v for k, v in report["rss"].items()}
     # Memory is bounded by the buffer: flat from 200k events to 2M (KiB).
     assert rss[1_999_999] - rss[200_000] < 64 * 1024, rss
-    assert report["closing"] < 3.5  # close() honours its 2 s deadline
     assert got > 0
 
 
@@ -407,20 +413,30 @@ def test_a_sink_that_never_opens_times_out_and_the_process_exits(
 ) -> None:
     fifo = tmp_path / "nobody-reads.jsonl"
     os.mkfifo(fifo)  # opening it for writing blocks until a reader comes
+    # The open waits (on the tracer's writer thread, once the sink's thread
+    # began the open) on a clock the child moves past close_timeout: it must
+    # still wait just short of it. Then the process exits, its sink's thread
+    # still stuck in the open. (The run's timeout is a hang guard.)
     code = (
+        "import threading\n"
         "import rollout_trace as rt\n"
+        "from deadlines import WatchedClock, advancing\n"
         "from harness import BY_NAME\n"
         "async def scenario(h):\n"
         "    raise AssertionError('must not open')\n"
+        "clock = WatchedClock()\n"
+        "def opening():\n"
+        "    return any(t.name.startswith('rollout_trace sink') for t in threading.enumerate())\n"
         "try:\n"
-        f"    BY_NAME[{driver.name!r}].run([{str(fifo)!r}], scenario, close_timeout=1)\n"
+        "    with advancing(clock, 1.0, ready=opening, by='rollout_trace writer'):\n"
+        f"        BY_NAME[{driver.name!r}].run(\n"
+        f"            [{str(fifo)!r}], scenario, close_timeout=1, deadline_clock=clock\n"
+        "        )\n"
         "except rt.SinkOpenError as exc:\n"
         "    print(exc)\n"
     )
-    start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, timeout=120, env=child_env()
     )
     assert proc.returncode == 0, proc.stderr
     assert b"did not open within 1 s" in proc.stdout
-    assert time.monotonic() - start < 30

@@ -481,11 +481,14 @@ class Engine:
 
     # --- waiting, two ways --------------------------------------------------------
 
-    def wait_blocking(self, wait: Wait, timeout: float | None = None) -> bool:
+    def wait_blocking(
+        self, wait: Wait, timeout: float | None = None, *, real_end: float = math.inf
+    ) -> bool:
         """Block until the wait is over; ``False`` if ``timeout`` came first.
 
         Deadlines are on ``deadline_clock``; the wait itself goes in slices of
         real time, so a deadline a test's clock jumps past ends it at the next.
+        ``real_end`` (``time.monotonic()``) ends it too, whatever that clock says.
         """
         clock = self.monotonic
         end = wait.deadline if timeout is None else min(wait.deadline, clock() + timeout)
@@ -494,6 +497,8 @@ class Engine:
                 left = end - clock()
                 if left <= 0:
                     return end == wait.deadline
+                if time.monotonic() >= real_end:
+                    return False
                 # Woken by every acknowledgement; the slice bounds how late a
                 # hung sink (or a deadline passed on a test's clock) is noticed.
                 self._progress.wait(min(left, 0.05))
@@ -539,12 +544,14 @@ def open_within(close_timeout: float, specs: Sequence[SinkSpec]) -> float:
     return max([close_timeout, *(s.factory.open_within(dict(s.options)) for s in specs)])
 
 
-def drive_blocking(engine: Engine, steps: Steps[T]) -> T:
-    """Run ``steps`` on this thread, blocking through each wait."""
+def drive_blocking(engine: Engine, steps: Steps[T], *, real_s: float = math.inf) -> T:
+    """Run ``steps`` on this thread, blocking through each wait; ``real_s``:
+    the waits end that many seconds of real time from now at the latest."""
+    real_end = time.monotonic() + real_s
     try:
         wait = next(steps)
         while True:
-            engine.wait_blocking(wait)
+            engine.wait_blocking(wait, real_end=real_end)
             wait = steps.send(None)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]

@@ -837,9 +837,11 @@ class _TracerCore:
             self._give_up(run, mark)
         self._closed(run)
 
-    def finish_close(self, mark: CloseMark) -> None:
-        """``begin_close()``'s second half, blocking (the exit and SIGTERM hooks)."""
-        drive_blocking(self._run.engine, self._closing(mark))
+    def finish_close(self, mark: CloseMark, *, real_s: float = math.inf) -> None:
+        """``begin_close()``'s second half, blocking (the exit and SIGTERM hooks).
+        ``real_s``: the run is given up that many seconds of real time from now
+        at the latest, however the deadline clock (a test's) moves."""
+        drive_blocking(self._run.engine, self._closing(mark), real_s=real_s)
 
     def _give_up(self, run: WriterRun, mark: CloseMark) -> None:
         stuck = run.engine.writer_stuck
@@ -1349,7 +1351,8 @@ def tracer(
     sink is given up (``math.inf``: no limit); ``clock``: what stamps
     ``time`` (Unix seconds; ``time.time`` unless a simulation brings its own);
     ``deadline_clock``: the clock of every deadline (the open's wait, a
-    flush's ``timeout``, ``close_timeout`` for the close and for a hung sink;
+    flush's ``timeout``, ``close_timeout`` for the close and for a hung sink,
+    and the sinks' own timeouts and backoff, ``Sink.clock``;
     ``time.monotonic``; a test passes ``rollout_trace.testing.MockClock`` and
     moves it past a deadline, which the waits notice within 50 ms);
     ``strict``: for tests, ``emit`` raises ``rt.InvalidEventError`` for an

@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -478,6 +477,10 @@ def test_the_readers_client_is_bounded_unless_configured_otherwise(
     assert fs.retries == stores._S3_RETRIES == 2  # s3fs's own retries, over botocore's
 
 
+# A hang guard, not a measure: with 1 s timeouts each case takes seconds (the
+# client's own retries), with the readers' own bounds minutes. That fsspec's
+# configuration wins is test_the_readers_client_is_bounded_unless_configured_otherwise's.
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("fault", "when", "command", "status"),
     [
@@ -532,9 +535,7 @@ def test_a_store_that_fails_is_given_up_in_bounded_time(
             if fault == "down":
                 s3.proxy.up()
 
-    start = time.monotonic()
     code = once(lambda: main([*command, f"{URL}/set/"]))
-    took = time.monotonic() - start
     # The library: a TraceReadError before a byte is read, an OSError after.
     with pytest.raises(OSError if status == 1 else TraceReadError) as caught:
         once(lambda: list(rt.read(f"{URL}/set/")))
@@ -544,8 +545,6 @@ def test_a_store_that_fails_is_given_up_in_bounded_time(
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{URL}/set/" in err and "the object store cannot be reached" in err, err
     assert f"{URL}/set/" in str(caught.value)
-    # Seconds with 1 s timeouts (fsspec's configuration won), not minutes.
-    assert took < 30
 
 
 # --- the same set, from local files and from the store ----------------------------------

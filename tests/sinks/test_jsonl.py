@@ -8,10 +8,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import rollout_trace as rt
 from rollout_trace._cli.main import main
 from rollout_trace.sinks import JsonlSink
 from rollout_trace.sinks.jsonl import segment_path
+from rollout_trace.testing import MockClock
 
 
 def _line(i: int) -> bytes:
@@ -141,13 +141,18 @@ def test_two_processes_appending_to_one_gz_file_give_only_whole_members(tmp_path
 # --- rotation -------------------------------------------------------------------------
 
 
-def _emit(uri: str, n: int, *, pause_every: int = 0, pause_s: float = 0.0) -> None:
-    with rt.sync_tracer(uri, batch_size=64) as t:
+def _emit(uri: str, n: int, *, pause_every: int = 0, pauses: Sequence[float] = ()) -> None:
+    """Emit ``n`` events; after every ``pause_every``, flush and move the tracer's
+    ``deadline_clock`` (a ``MockClock``, still otherwise) on by the next of ``pauses``."""
+    clock = MockClock()
+    steps = iter(pauses)
+    with rt.sync_tracer(uri, batch_size=64, deadline_clock=clock) as t:
         for i in range(n):
             t.emit(rt.WeightsSynced(weight_version=i))
             if pause_every and i % pause_every == pause_every - 1:
                 assert t.flush(timeout=10)
-                time.sleep(pause_s)
+                clock.advance(next(steps))
+        assert next(steps, None) is None  # every pause taken
 
 
 @pytest.mark.parametrize(
@@ -186,39 +191,69 @@ def test_segments_stay_within_their_size_and_read_as_one_run(
     )  # fmt: skip
 
 
+def _held(path: Path) -> bool:
+    """Whether this process has ``path`` open (a sink's segment not ended yet)."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("no /proc/self/fd here to see which files are open")
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed since
+            if os.readlink(fd) == os.path.realpath(path):
+                return True
+    return False
+
+
 @pytest.mark.parametrize(
     "option",
     [
         "rotate_mb=0.002",  # full: ended at once, not when a later batch comes
-        "rotate_s=0.3",  # old: ended at the next flush
+        "rotate_s=0.5",  # old: ended at the next flush
     ],
 )
 def test_an_ended_segment_is_a_whole_file_while_the_run_goes_on(
     tmp_path: Path, option: str
 ) -> None:
-    with rt.sync_tracer(f"jsonl://{tmp_path}/t.jsonl.gz?{option}") as t:
+    clock = MockClock()
+    with rt.sync_tracer(f"jsonl://{tmp_path}/t.jsonl.gz?{option}", deadline_clock=clock) as t:
         for i in range(1000):  # some 10 kB compressed: segments of 2 kB
             t.emit(rt.WeightsSynced(weight_version=i))
         assert t.flush(timeout=10)
-        time.sleep(0.4)
-        assert t.flush(timeout=10)
         paths = sorted(tmp_path.glob("t.*.jsonl.gz"))
         if option.startswith("rotate_s"):
-            assert len(paths) == 1
-        whole = [gzip.decompress(p.read_bytes()) for p in paths[:-1]]
-        if option.startswith("rotate_s"):  # the one segment is old: whole already
-            whole = [gzip.decompress(paths[0].read_bytes())]
+            # One segment, open until it is 0.5 s old on the tracer's clock
+            # (binary fractions: the sums are exact), then ended at a flush.
+            assert len(paths) == 1 and _held(paths[0])
+            clock.advance(0.25)
+            assert t.flush(timeout=10)
+            assert _held(paths[0])  # younger: written on
+            clock.advance(0.25)
+            assert t.flush(timeout=10)
+            ended = paths
+        else:
+            assert len(paths) >= 3
+            ended = paths[:-1]
+        assert sorted(tmp_path.glob("t.*.jsonl.gz")) == paths  # no segment begun early
+        assert not any(map(_held, ended)), ended
+        whole = [gzip.decompress(p.read_bytes()) for p in ended]
         assert whole and all(w.endswith(b"\n") for w in whole)
+        if option.startswith("rotate_s"):
+            assert whole[0].count(b"\n") == 1001  # trace_opened and every event
 
 
 def test_a_segment_older_than_rotate_s_ends_before_the_next_batch(tmp_path: Path) -> None:
-    # Three bursts, each flushed and followed by 0.8 s; segments of 0.5 s: a
-    # segment a burst, and trace_closed in a fourth (a segment is ended only
-    # when a batch comes, so none is empty).
-    _emit(f"jsonl://{tmp_path}/t.jsonl?rotate_s=0.5", 300, pause_every=100, pause_s=0.8)
+    # Segments of 1 s on the tracer's clock; bursts of 100, each flushed, then
+    # the clock moved on. A burst 0.75 s in goes to the first segment still;
+    # one at 1 s to the next, as does trace_closed at 2 s, on its own (a
+    # segment ends only when a batch comes or at a flush, so none is empty).
+    _emit(
+        f"jsonl://{tmp_path}/t.jsonl?rotate_s=1",
+        400,
+        pause_every=100,
+        pauses=[0.75, 0.25, 0.75, 0.25],
+    )
     paths = sorted(tmp_path.glob("t.*.jsonl"))
     counts = [len(p.read_bytes().splitlines()) for p in paths]
-    assert counts == [101, 100, 100, 1], counts  # trace_opened first
+    assert counts == [201, 200, 1], counts  # trace_opened first
 
 
 def test_a_path_written_again_numbers_on_from_its_last_segment(tmp_path: Path) -> None:

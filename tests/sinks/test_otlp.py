@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import base64
 import importlib
-import itertools
 import json
 import logging
 import math
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -26,6 +26,16 @@ from typing import Any
 
 import msgspec
 import pytest
+from deadlines import (
+    HANG_S,
+    POLLS_S,
+    SHORT_S,
+    Helper,
+    WatchedClock,
+    advancing,
+    at_once,
+    past_deadline,
+)
 from forward_proxy import Proxy
 from otlp_receiver import Receiver
 from samples import dispatched
@@ -36,6 +46,7 @@ from rollout_trace._writing.specs import parse_uri
 from rollout_trace.sinks import MemorySink
 from rollout_trace.sinks import otlp as sinks_otlp
 from rollout_trace.sinks.otlp import OtlpExportError, OtlpHttpSink, OtlpHttpsSink
+from rollout_trace.testing import MockClock
 
 RUN = "0123456789abcdef0123456789abcdef"
 LIFECYCLE = ("trace_opened", "trace_closed")
@@ -62,6 +73,76 @@ def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 def receiver() -> Iterator[Receiver]:
     with Receiver() as r:
         yield r
+
+
+@pytest.fixture
+def only_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A try's socket timeouts (what the clock leaves of timeout_s, as real
+    seconds) out of the way: a request is given up at its deadline on the
+    sink's clock alone (the watchdog), not by a socket armed while the test's
+    clock stood a moment short of it."""
+    far = property(lambda self: 600.0)
+    monkeypatch.setattr(sinks_otlp._Left, "connect_timeout", far)
+    monkeypatch.setattr(sinks_otlp._Left, "read_timeout", far)
+
+
+class _Backoffs:
+    """The otlp sinks' waits between tries, on their clock (a test's ``MockClock``):
+    ``drawn``, each backoff a retry drew, with the retry's number (1: the first);
+    ``waits``, each wait a sink began, in seconds on its clock. A wait moves the
+    clock to its end at once (unless ``jump`` is False): the backoff is spent on
+    the clock, not in real time. ``then(n)`` runs as the n-th wait begins."""
+
+    def __init__(self) -> None:
+        self.drawn: list[tuple[int, float]] = []
+        self.waits: list[float] = []
+        self.jump = True
+        self.then: Callable[[int], None] = lambda n: None
+
+    def spent(self, *, gave_up: bool, asked: float = 0.0) -> float:
+        """Check each backoff drawn against the schedule, and each wait begun: the
+        backoff, or the longer Retry-After ``asked``, for every one drawn but
+        the last when the request was given up (``gave_up``). The seconds waited."""
+        for retry, backoff in self.drawn:
+            # From 0.25 s, doubled after each retry up to 2 s, jittered down
+            # to half at most.
+            full = min(0.25 * 2.0 ** (retry - 1), 2.0)
+            assert full / 2 <= backoff <= full, (retry, backoff)
+        drawn = self.drawn[:-1] if gave_up else self.drawn
+        waited = [max(backoff, asked) for _, backoff in drawn]
+        assert self.waits == pytest.approx(waited, abs=1e-9)
+        return sum(waited)
+
+
+@pytest.fixture
+def backoffs(monkeypatch: pytest.MonkeyPatch) -> _Backoffs:
+    seen = _Backoffs()
+    draw = sinks_otlp._Retry.get_backoff_time
+    wait_until = OtlpHttpSink.wait_until
+
+    def drawn(retry: Any) -> float:
+        backoff: float = draw(retry)
+        seen.drawn.append((len(retry.history), backoff))
+        return backoff
+
+    def jumping(sink: OtlpHttpSink, deadline: float, event: threading.Event | None = None) -> bool:
+        clock = sink.clock
+        assert isinstance(clock, MockClock), "a wait on real time"
+        seen.waits.append(deadline - clock())
+        seen.then(len(seen.waits))
+        if seen.jump:
+            clock.advance(max(0.0, deadline - clock()))
+        return wait_until(sink, deadline, event)
+
+    monkeypatch.setattr(sinks_otlp._Retry, "get_backoff_time", drawn)
+    monkeypatch.setattr(OtlpHttpSink, "wait_until", jumping)
+    return seen
+
+
+@pytest.fixture
+def least_jitter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each backoff jittered down to its least (half): the most tries a budget allows."""
+    monkeypatch.setattr(random, "uniform", lambda low, high: low)
 
 
 @pytest.fixture
@@ -598,23 +679,42 @@ def test_both_schemes_are_registered() -> None:
 BESIDE = [["memory://"], []]
 
 
+def _spent_the_budget_on_the_clock(backoffs: _Backoffs, moved: float, error: str) -> None:
+    """A request to a collector that is down, with timeout_s=1.25 and the
+    backoffs jittered to their least: waits of 0.125, 0.25 and 0.5 s on the
+    clock (``moved``: all it moved); the next, 1 s, would end past the 0.375 s
+    left of the budget: the fourth try is the last."""
+    assert backoffs.drawn == [(1, 0.125), (2, 0.25), (3, 0.5), (4, 1.0)]
+    assert backoffs.waits == [0.125, 0.25, 0.5]
+    assert moved == 0.875
+    assert "within timeout_s=1.25 (4 tries)" in error
+
+
+@pytest.mark.usefixtures("least_jitter")
 @pytest.mark.parametrize("beside", BESIDE, ids=["with-memory", "alone"])
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
 def test_a_collector_down_at_open_does_not_stop_the_job(
-    driver: Driver, beside: list[str], receiver: Receiver, trace_log: pytest.LogCaptureFixture
+    driver: Driver,
+    beside: list[str],
+    receiver: Receiver,
+    backoffs: _Backoffs,
+    trace_log: pytest.LogCaptureFixture,
 ) -> None:
     receiver.down()
-    uri = f"{receiver.uri}?timeout_s=0.5"
+    uri = f"{receiver.uri}?timeout_s=1.25"
+    clock = MockClock()
+    start = clock()
 
     async def scenario(h: Handle) -> bool:
         await _emit(h, 0, 100)
         return await h.flush()
 
-    out = driver.run([uri, *beside], scenario)
+    out = driver.run([uri, *beside], scenario, deadline_clock=clock)
     # A flush answers for the sinks still working: none is left when it was alone.
     assert out.value is bool(beside)
     (warning,) = _warnings(trace_log)  # reported once
     assert uri in warning and "ConnectionRefusedError" in warning
+    _spent_the_budget_on_the_clock(backoffs, clock() - start, warning)
     receiver.up()
     assert receiver.entries == []
     if beside:
@@ -625,75 +725,70 @@ def test_a_collector_down_at_open_does_not_stop_the_job(
         assert (out.counts.written, out.counts.dropped) == (0, 100)
 
 
-class _Stalling:
-    """The sink module's ``time``, whose clock a stall moves ahead: a thread of a
-    loaded machine that runs again long after it should."""
-
-    def __init__(self) -> None:
-        self.ahead = 0.0
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.ahead
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
 @pytest.mark.parametrize("times_out", [False, True], ids=["stalled-before", "timed-out"])
 def test_a_refused_connection_is_reported_as_refused_however_loaded_the_machine(
-    times_out: bool, monkeypatch: pytest.MonkeyPatch, make: Callable[..., OtlpHttpSink]
+    times_out: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    backoffs: _Backoffs,
+    make: Callable[..., OtlpHttpSink],
 ) -> None:
     """The second try's thread stalls past the deadline before it connects, and its
     connection then is refused (or times out): the error still names the refusal."""
-    clock = _Stalling()
-    monkeypatch.setattr(sinks_otlp, "time", clock)
+    clock = MockClock()
     lookups: list[str] = []
     real = socket.getaddrinfo
 
     def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
         lookups.append(host)
         if len(lookups) == 2:
-            clock.ahead += 60
+            clock.advance(60)  # a thread of a loaded machine, run again long after
             if times_out:
                 raise TimeoutError("timed out")
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     sink = make(f"127.0.0.1:{_free_port()}", {"timeout_s": "5"})
-    with pytest.raises(OtlpExportError, match="within timeout_s=5 ") as caught:
+    sink.clock = clock
+    with pytest.raises(OtlpExportError, match=r"within timeout_s=5 \(2 tries\)") as caught:
         sink.write(_line(**_opened()))
     assert "ConnectionRefusedError" in str(caught.value)
-    assert len(lookups) == 2
+    assert len(lookups) == 2 and len(backoffs.waits) == 1
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
 def test_a_collector_back_within_the_budget_loses_nothing(
-    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+    driver: Driver, receiver: Receiver, backoffs: _Backoffs, trace_log: pytest.LogCaptureFixture
 ) -> None:
+    def back(n: int) -> None:
+        if n == 2:  # as the write begins its second wait: its third try is taken
+            receiver.up()
+
+    backoffs.then = back
+
     async def scenario(h: Handle) -> bool:
         await _emit(h, 0, 50)
         assert await h.flush()
         receiver.down()
-        back = threading.Timer(0.5, receiver.up)
-        back.start()
         await _emit(h, 50, 100)
-        try:
-            return await h.flush()  # the write retries until the collector is back
-        finally:
-            back.join()
+        return await h.flush()  # the write retries until the collector is back
 
-    out = driver.run([receiver.uri], scenario)
+    out = driver.run([receiver.uri], scenario, deadline_clock=MockClock())
     assert out.value is True
     assert _warnings(trace_log) == []
+    assert len(backoffs.drawn) == 2
+    backoffs.spent(gave_up=False)
     assert [line["seq"] for line in _user_lines(receiver)] == list(range(1, 101))
     assert receiver.lines_kept[-1]["written"] == out.counts.written == 100
 
 
+@pytest.mark.usefixtures("least_jitter")
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
 def test_a_collector_down_past_the_budget_stops_the_sink_with_honest_counts(
-    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+    driver: Driver, receiver: Receiver, backoffs: _Backoffs, trace_log: pytest.LogCaptureFixture
 ) -> None:
-    uri = f"{receiver.uri}?timeout_s=0.5"
+    uri = f"{receiver.uri}?timeout_s=1.25"
+    clock = MockClock()
+    start = clock()
 
     async def scenario(h: Handle) -> tuple[bool, bool, bool]:
         await _emit(h, 0, 50)
@@ -705,10 +800,11 @@ def test_a_collector_down_past_the_budget_stops_the_sink_with_honest_counts(
         await _emit(h, 100, 150)
         return first, second, await h.flush()
 
-    out = driver.run([uri, "memory://"], scenario)
+    out = driver.run([uri, "memory://"], scenario, deadline_clock=clock)
     assert out.value == (True, True, True)  # the memory sink, still working, has all
     (warning,) = _warnings(trace_log)
     assert uri in warning
+    _spent_the_budget_on_the_clock(backoffs, clock() - start, warning)
     (tally, memory) = _closed(out.tracer.sinks[1])["sinks"]
     held = _user_lines(receiver)
     assert [line["seq"] for line in held] == list(range(1, 51))
@@ -716,22 +812,41 @@ def test_a_collector_down_past_the_budget_stops_the_sink_with_honest_counts(
     assert memory["written"] == out.counts.written == 150
 
 
+def _held(receiver: Receiver) -> bool:
+    """The collector holds the one request it got, unanswered (``delay``)."""
+    with receiver.lock:
+        return [s.status for s in receiver.seen] == [0]
+
+
+@pytest.mark.timeout(60)  # a hang guard: an emit or a close that waits, waits for ever
+@pytest.mark.usefixtures("only_the_clock")
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
 def test_a_hung_collector_never_blocks_emit(
-    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+    driver: Driver,
+    receiver: Receiver,
+    trace_log: pytest.LogCaptureFixture,
 ) -> None:
     receiver.delay = math.inf  # holds every request, never answers
-    uri = f"{receiver.uri}?timeout_s=1"
+    uri = f"{receiver.uri}?timeout_s=30"  # on the clock, which stands still until the close
+    clock = WatchedClock()
 
-    async def scenario(h: Handle) -> float:
-        await h.sleep(0.1)  # trace_opened is held by now
-        began = time.monotonic()
+    async def scenario(h: Handle) -> bool:
+        while not _held(receiver):  # the write of trace_opened hangs
+            await h.sleep(0.005)
         await _emit(h, 0, 10_000)
-        return time.monotonic() - began
+        # A burst of emits, all taken while the write still hangs: none waited for it.
+        return _held(receiver)
 
-    out = driver.run([uri, "memory://"], scenario)
+    out = driver.run(
+        [uri, "memory://"],
+        scenario,
+        close_timeout=60,
+        deadline_clock=clock,
+        # The close waits for the hung write until its timeout_s, not for close_timeout.
+        closing=lambda: advancing(clock, 30.0),
+    )
     receiver.down()  # what it still holds is dropped, unanswered
-    assert out.value < 5.0  # a burst of emits, not a wait on the collector
+    assert out.value is True
     (tally, _) = _closed(out.tracer.sinks[1])["sinks"]
     assert tally["written"] == len(_user_lines(receiver)) == 0
     assert "timed out" in tally["error"]
@@ -741,50 +856,67 @@ def test_a_hung_collector_never_blocks_emit(
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
 def test_a_slow_collector_gets_everything(
-    driver: Driver, receiver: Receiver, trace_log: pytest.LogCaptureFixture
+    driver: Driver,
+    receiver: Receiver,
+    trace_log: pytest.LogCaptureFixture,
 ) -> None:
-    receiver.delay = 0.3  # each answer, well within the write's budget
+    # The first answer is held for as long as the emits take, then every one
+    # comes: the write's budget, on a clock that stands still, never runs out.
+    receiver.delay = math.inf
+    clock = MockClock()
 
-    async def scenario(h: Handle) -> float:
-        began = time.monotonic()
+    async def scenario(h: Handle) -> tuple[bool, bool]:
+        while not _held(receiver):
+            await h.sleep(0.005)
         await _emit(h, 0, 10_000)
-        return time.monotonic() - began
+        held = _held(receiver)  # the emits did not wait for the collector
+        receiver.release()
+        return held, await h.flush()
 
-    out = driver.run([receiver.uri], scenario)
-    assert out.value < 5.0
+    out = driver.run([receiver.uri], scenario, deadline_clock=clock)
+    assert out.value == (True, True)
     assert _warnings(trace_log) == []
     assert len(_user_lines(receiver)) == out.counts.written == 10_000
 
 
-# Answers that are tried again: (status, headers, how many times, least seconds waited).
+# Answers that are tried again: (status, headers, how many times, the seconds
+# the collector asks to wait).
 RETRIED = [
     (503, {}, 2, 0.0),  # Service Unavailable, twice, then taken
     (502, {}, 1, 0.0),  # Bad Gateway
     (504, {}, 3, 0.0),  # Gateway Timeout, three times
-    (429, {"Retry-After": "1"}, 1, 0.9),  # Too Many Requests: waits the second it asks
+    (429, {"Retry-After": "1"}, 1, 1.0),  # Too Many Requests: waits the second it asks
 ]
 
 
-@pytest.mark.parametrize(("status", "headers", "times", "waited"), RETRIED)
+@pytest.mark.parametrize(("status", "headers", "times", "asked"), RETRIED)
 def test_retried_answers_lose_nothing(
     status: int,
     headers: dict[str, str],
     times: int,
-    waited: float,
+    asked: float,
     receiver: Receiver,
+    backoffs: _Backoffs,
     trace_log: pytest.LogCaptureFixture,
 ) -> None:
     receiver.fail_next(times, status, headers)
+    clock = MockClock()
+    start = clock()
 
     async def scenario(h: Handle) -> bool:
         await _emit(h, 0, 100)
         return await h.flush()
 
-    out = ASYNCIO.run([receiver.uri], scenario)
+    out = ASYNCIO.run([receiver.uri], scenario, deadline_clock=clock)
     assert out.value is True
     assert _warnings(trace_log) == []
     assert [s.status for s in receiver.seen[: times + 1]] == [status] * times + [200]
-    assert receiver.seen[times].at - receiver.seen[0].at >= waited
+    # A wait before each try again, on the clock: the backoff, or the longer
+    # one the collector asked for.
+    assert len(backoffs.drawn) == times
+    spent = backoffs.spent(gave_up=False, asked=asked)
+    assert all(wait >= asked for wait in backoffs.waits)
+    assert clock() - start == pytest.approx(spent, abs=1e-9)
     assert len(_user_lines(receiver)) == out.counts.written == 100
 
 
@@ -826,11 +958,20 @@ def test_a_retry_after_past_the_budget_fails_at_once(
 ) -> None:
     receiver.fail_next(1, 503, {"Retry-After": "30"})
     sink = make(receiver.location, {"timeout_s": "2"})
-    began = time.monotonic()
+    sink.clock = MockClock()  # stands still: a wait for the answer's 30 s never ends
     with pytest.raises(OtlpExportError, match="it asked to wait 30 s"):
-        sink.write(_line(**_opened()))
-    assert time.monotonic() - began < 1.5
+        at_once(lambda: sink.write(_line(**_opened())), "the write")
     assert len(receiver.seen) == 1
+
+
+def _gave_up_at_the_budget(backoffs: _Backoffs, moved: float, budget: float, error: str) -> None:
+    """A request tried until its budget ran out on the clock: the waits between
+    its tries moved the clock (``moved``), and nothing else did; the next
+    backoff would have ended past the budget. The error counts the tries."""
+    spent = backoffs.spent(gave_up=True)
+    assert moved == pytest.approx(spent, abs=1e-9)
+    assert spent < budget <= spent + backoffs.drawn[-1][1] + 1e-9
+    assert f"within timeout_s={budget:g} ({len(backoffs.drawn)} tries)" in error
 
 
 # Retry-After values that ask for less than the backoff, which they cannot shorten.
@@ -842,17 +983,23 @@ SHORT_RETRY_AFTER = [
 
 @pytest.mark.parametrize("retry_after", SHORT_RETRY_AFTER)
 def test_a_short_retry_after_does_not_cut_the_backoff(
-    retry_after: str, receiver: Receiver, make: Callable[..., OtlpHttpSink]
+    retry_after: str,
+    receiver: Receiver,
+    backoffs: _Backoffs,
+    make: Callable[..., OtlpHttpSink],
 ) -> None:
-    receiver.fail_next(10_000, 429, {"Retry-After": retry_after})
+    receiver.fail_next(100, 429, {"Retry-After": retry_after})  # busy past the budget
     sink = make(receiver.location, {"timeout_s": "2"})
-    with pytest.raises(OtlpExportError, match="within timeout_s=2"):
+    sink.clock = clock = MockClock()
+    start = clock()
+    with pytest.raises(OtlpExportError, match="within timeout_s=2") as caught:
         sink.write(_line(**_opened()))
-    arrivals = [seen.at for seen in receiver.seen]
-    # Waits from 0.25 s (jittered down to half), doubling, within 2 s: a
-    # handful of tries, not a loop of thousands against a busy collector.
-    assert 2 <= len(arrivals) <= 8
-    assert all(later - earlier >= 0.1 for earlier, later in itertools.pairwise(arrivals))
+    # Each wait the backoff, from 0.25 s (jittered down to half), doubling,
+    # within the budget of 2 s: four or five tries, not a loop of a hundred
+    # against a busy collector.
+    _gave_up_at_the_budget(backoffs, clock() - start, 2.0, str(caught.value))
+    assert len(receiver.seen) == len(backoffs.drawn)
+    assert len(receiver.seen) in (4, 5)
 
 
 def _trickled(pause: float) -> Callable[[Receiver], None]:
@@ -870,43 +1017,104 @@ def _always_busy(receiver: Receiver) -> None:
     receiver.fail_next(10_000, 503)
 
 
-# What the write meets: (how to set it up, timeout_s, whether it is taken in time).
-# A name lookup is not among them: it takes what the system's resolver takes.
+# What the write meets, with timeout_s=30 on the sink's clock, which the test
+# moves: (how to set it up, whether it is taken in time). A name lookup is
+# not among them: it takes what the system's resolver takes.
 DEADLINES = [
-    # An answer a byte every 0.5 s: each read is quick, the whole answer is not.
-    pytest.param(_trickled(0.5), "1", False, id="trickled-answer"),
+    # An answer a byte every second: each read is quick, the whole answer is not.
+    pytest.param(_trickled(1.0), False, id="trickled-answer"),
     # No answer at all.
-    pytest.param(_never_answers, "1", False, id="no-answer"),
-    # 503 every time: the tries and the waits between them count too.
-    pytest.param(_always_busy, "1", False, id="always-busy"),
-    # An answer trickled fast enough is taken.
-    pytest.param(_trickled(0.002), "20", True, id="trickled-within-the-budget"),
+    pytest.param(_never_answers, False, id="no-answer"),
+    # An answer trickled while the clock stands still is taken.
+    pytest.param(_trickled(0.002), True, id="trickled-within-the-budget"),
 ]
 
 
-@pytest.mark.parametrize(("setup", "timeout_s", "taken"), DEADLINES)
+@pytest.mark.usefixtures("only_the_clock")
+@pytest.mark.parametrize(("setup", "taken"), DEADLINES)
 def test_timeout_s_is_a_deadline_for_a_whole_request(
     setup: Callable[[Receiver], None],
-    timeout_s: str,
     taken: bool,
     receiver: Receiver,
     make: Callable[..., OtlpHttpSink],
 ) -> None:
     setup(receiver)
-    sink = make(receiver.location, {"timeout_s": timeout_s})
-    began = time.monotonic()
+    sink = make(receiver.location, {"timeout_s": "30"})
+    sink.clock = clock = WatchedClock()
     if taken:
-        sink.write(_line(**_opened()))
+        at_once(lambda: sink.write(_line(**_opened())), "the write")
         assert len(receiver.entries) == 1
         return
-    with pytest.raises(OtlpExportError, match=f"within timeout_s={timeout_s} "):
-        sink.write(_line(**_opened()))
-    # Ended at its deadline (a generous margin: the machine is shared).
-    assert time.monotonic() - began < float(timeout_s) + 9
+    with pytest.raises(OtlpExportError, match=r"within timeout_s=30 \(1 try\)"):
+        # Still waiting just short of its deadline, over once past it.
+        past_deadline(
+            lambda: sink.write(_line(**_opened())),
+            clock,
+            30.0,
+            ready=lambda: len(receiver.seen) == 1,
+        )
+    assert len(receiver.seen) == 1
 
 
-# A write of several requests to a collector that takes its time over each:
-# (requests, seconds each answer is held, timeout_s). Each request has
+def test_the_waits_between_tries_count_against_timeout_s(
+    receiver: Receiver, make: Callable[..., OtlpHttpSink], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 503 every time, and backoffs not jittered: 0.25 s, then 0.5 s. The
+    # third try is at 0.75 s, and the next wait (1 s) would end past the
+    # deadline (1 s): the write gives up then, without waiting.
+    _always_busy(receiver)
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    sink = make(receiver.location, {"timeout_s": "1"})
+    sink.clock = clock = MockClock()
+    backoffs: list[float] = []
+    waiting = threading.Event()
+    wait_until = sink.wait_until
+
+    def watched(deadline: float, event: threading.Event | None = None) -> bool:
+        backoffs.append(deadline - clock())
+        waiting.set()
+        return wait_until(deadline, event)
+
+    monkeypatch.setattr(sink, "wait_until", watched)
+    writing = Helper(lambda: sink.write(_line(**_opened())), "test write")
+    writing.thread.start()
+    for tries, backoff in enumerate([0.25, 0.5], 1):
+        assert waiting.wait(HANG_S), "the write never waited between tries"
+        waiting.clear()
+        assert (len(receiver.seen), backoffs[-1]) == (tries, backoff)
+        # No try before the backoff is over on the clock, the next one once it is.
+        clock.advance(backoff - SHORT_S)
+        writing.thread.join(POLLS_S)
+        assert len(receiver.seen) == tries and writing.thread.is_alive()
+        clock.advance(SHORT_S)
+    writing.thread.join(HANG_S)
+    assert not writing.thread.is_alive(), "the write waited for a backoff past its deadline"
+    with pytest.raises(OtlpExportError, match=r"within timeout_s=1 \(3 tries\)"):
+        writing.result()
+    assert backoffs == [0.25, 0.5]
+    assert [seen.status for seen in receiver.seen] == [503] * 3
+
+
+def _slow_answers(
+    monkeypatch: pytest.MonkeyPatch,
+    clock: MockClock,
+    seconds: float,
+    then: Callable[[Any], None] = lambda flight: None,
+) -> None:
+    """Each answer takes ``seconds`` on ``clock``: the clock moves that much as
+    the sink begins to read it, then ``then(flight)`` runs (the request's)."""
+    answer = OtlpHttpSink._answer
+
+    def slow(sink: OtlpHttpSink, response: Any, flight: Any, n: int) -> None:
+        clock.advance(seconds)
+        then(flight)
+        answer(sink, response, flight, n)
+
+    monkeypatch.setattr(OtlpHttpSink, "_answer", slow)
+
+
+# A write of several requests to a collector that takes its time over each, on
+# the clock: (requests, seconds each answer takes, timeout_s). Each request has
 # timeout_s of its own, as OTEL_EXPORTER_OTLP_TIMEOUT is "for each batch".
 SLOW_REQUESTS = [
     (4, 0.4, "1"),  # 1.6 s in all, each request well within 1 s
@@ -930,12 +1138,20 @@ def test_timeout_s_is_a_deadline_for_each_request_of_a_write(
     ]
     monkeypatch.setattr(sinks_otlp, "REQUEST_BYTES", 100 * len(lines[0]))
     data = b"".join(lines)
-    receiver.delay = delay
-    make(receiver.location, {"timeout_s": timeout_s}).write(data)
+    sink = make(receiver.location, {"timeout_s": timeout_s})
+    sink.clock = clock = MockClock()
+    start = clock()
+    left: list[float] = []
+    _slow_answers(monkeypatch, clock, delay, lambda flight: left.append(flight.left()))
+    sink.write(data)
+    # Each request had timeout_s of its own, which its answer left the rest of.
+    assert left == pytest.approx([float(timeout_s) - delay] * requests, abs=1e-9)
+    assert clock() - start == pytest.approx(requests * delay)  # past one timeout_s
     assert len(receiver.seen) == requests
     assert [line["seq"] for line in receiver.lines_kept] == list(range(100 * requests))
 
 
+@pytest.mark.usefixtures("only_the_clock")
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
 def test_a_slow_collector_is_not_given_up_after_a_burst(
     driver: Driver,
@@ -943,20 +1159,43 @@ def test_a_slow_collector_is_not_given_up_after_a_burst(
     monkeypatch: pytest.MonkeyPatch,
     trace_log: pytest.LogCaptureFixture,
 ) -> None:
-    # Requests of 20,000 bytes (about 100 events), each answered in 0.2 s: a
-    # burst of 1000 events is a dozen. Its queued batches are gathered into
-    # writes of at most max_write (one request, within timeout_s each), not
-    # into one of them all (over 2 s: past close_timeout, given up as hung).
+    # Requests of 20,000 bytes (about 100 events), each answered in 0.2 s on
+    # the clock: a burst of 1000 events, queued while the first answer is
+    # held, is a dozen. Its queued batches are gathered into writes of at
+    # most max_write (one request, within timeout_s each), not into one of
+    # them all (over 2 s: past close_timeout, given up as hung).
     monkeypatch.setattr(sinks_otlp, "REQUEST_BYTES", 20_000)
     monkeypatch.setattr(OtlpHttpSink, "max_write", 20_000)
-    receiver.delay = 0.2
+    receiver.delay = math.inf
+    clock = MockClock()
+    _slow_answers(monkeypatch, clock, 0.2)
+    lasted: list[float] = []  # each write's seconds on the clock
+    write = OtlpHttpSink.write
+
+    def timed(sink: OtlpHttpSink, data: bytes) -> None:
+        began = clock()
+        try:
+            write(sink, data)
+        finally:
+            lasted.append(clock() - began)
+
+    monkeypatch.setattr(OtlpHttpSink, "write", timed)
 
     async def scenario(h: Handle) -> bool:
+        while not _held(receiver):
+            await h.sleep(0.005)
         await _emit(h, 0, 1000)
+        receiver.release()
         return await h.flush()
 
-    out = driver.run([f"{receiver.uri}?timeout_s=1", "memory://"], scenario, close_timeout=1.5)
+    out = driver.run(
+        [f"{receiver.uri}?timeout_s=1", "memory://"],
+        scenario,
+        close_timeout=1.5,
+        deadline_clock=clock,
+    )
     assert out.value is True
+    assert lasted == pytest.approx([0.2] * len(receiver.seen))  # one request a write
     assert _warnings(trace_log) == []
     (tally, _) = _closed(out.tracer.sinks[1])["sinks"]
     assert tally["error"] is None
@@ -967,24 +1206,28 @@ def test_a_slow_collector_is_not_given_up_after_a_burst(
 
 # What a write is doing when close() comes from another thread (the tracer
 # closes a lone sink from a thread of its own once its write is given up as
-# hung): (the collector's fault, requests it has seen by then).
+# hung): (the collector's fault, waits between tries begun by then).
 IN_FLIGHT = [
     # Waiting for an answer that does not come.
-    pytest.param(lambda r: setattr(r, "delay", math.inf), 1, id="waiting-for-the-answer"),
+    pytest.param(lambda r: setattr(r, "delay", math.inf), 0, id="waiting-for-the-answer"),
     # Waiting between tries, the collector busy.
-    pytest.param(lambda r: r.fail_next(10_000, 503), 2, id="between-tries"),
+    pytest.param(lambda r: r.fail_next(10_000, 503), 1, id="between-tries"),
 ]
 
 
-@pytest.mark.parametrize(("fault", "requests"), IN_FLIGHT)
+@pytest.mark.parametrize(("fault", "waits"), IN_FLIGHT)
 def test_close_from_another_thread_ends_a_write_in_flight(
     fault: Callable[[Receiver], None],
-    requests: int,
+    waits: int,
     receiver: Receiver,
+    backoffs: _Backoffs,
     make: Callable[..., OtlpHttpSink],
 ) -> None:
     fault(receiver)
     sink = make(receiver.location, {"timeout_s": "60"})
+    # The clock stands still, a wait too: nothing but the close ends the write.
+    sink.clock = MockClock()
+    backoffs.jump = False
     errors: list[BaseException] = []
 
     def write() -> None:
@@ -995,10 +1238,11 @@ def test_close_from_another_thread_ends_a_write_in_flight(
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    _wait_for(lambda: len(receiver.seen) >= requests)
+    _wait_for(lambda: len(receiver.seen) == 1 and len(backoffs.waits) == waits)
     sink.close()
-    writer.join(timeout=20)  # well before its 60 s budget is spent
+    writer.join(HANG_S)
     assert not writer.is_alive()
+    assert len(backoffs.waits) == waits
     (error,) = errors
     assert isinstance(error, OtlpExportError) and "closed while sending" in str(error)
     seen = len(receiver.seen)
@@ -1031,15 +1275,16 @@ def test_a_partial_success_with_only_a_message_is_said_once(
 
 
 def test_a_connection_the_collector_closed_is_replaced_at_once(
-    receiver: Receiver, make: Callable[..., OtlpHttpSink]
+    receiver: Receiver, backoffs: _Backoffs, make: Callable[..., OtlpHttpSink]
 ) -> None:
-    # A budget below the least backoff: only a retry without a wait can make it.
-    sink = make(receiver.location, {"timeout_s": "0.12"})
+    sink = make(receiver.location, {})
+    sink.clock = MockClock()
     sink.write(_line(**_opened()))
     receiver.down()
     receiver.up()
     sink.write(_line(**_opened()))
     assert len(receiver.entries) == 2
+    assert backoffs.drawn == []  # a new connection at once, no try waited for
 
 
 # --- how the collector frames its answers ------------------------------------------------

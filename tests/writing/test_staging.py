@@ -6,6 +6,10 @@ a batch counts as written only once the bytes that hold it are delivered, a
 flush says True only when nothing is left staged, and at the close what is
 still staged when the drain's deadline comes is counted lost, once, with the
 sink's own reason. Every count is checked against the lines really delivered.
+
+The close's tries and pauses are on the tracer's deadline clock, a
+``WatchedClock`` the tests move: a try to a store that is down moves it as
+long as the try takes, and ``_closing`` moves it through each pause.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from importlib.metadata import EntryPoint
 from typing import Any
 
 import pytest
+from deadlines import HANG_S, POLLS_S, WatchedClock
 from harness import DRIVERS as ALL_DRIVERS
 from harness import Driver, Handle, SyncDriver
 from tracecheck import check_runs
@@ -27,6 +33,7 @@ from tracecheck import check_runs
 import rollout_trace as rt
 import rollout_trace._writing.specs as sinkspec
 from rollout_trace.sinks import Sink
+from rollout_trace.testing import MockClock
 
 LIFECYCLE = ("trace_opened", "trace_closed")
 # The async tracer (a sink's own thread) and the sync tracer (its writer
@@ -39,7 +46,10 @@ DOWN = "ConnectionError: the store is down (fake)"
 class StagingSink(Sink):
     """Stages every write; a flush (or the close) delivers what is staged while
     ``up``, all of it or the first ``budget`` bytes of all it accepted (a cut
-    anywhere, mid-line too). Down, a flush takes ``down_s`` and delivers nothing."""
+    anywhere, mid-line too). Down, a flush takes ``down_s`` on the sink's clock
+    (a test's ``MockClock``, moved that much) and delivers nothing; ``failed``
+    is when each such try began, on that clock. ``back_after``: the store is
+    up again once that many tries failed."""
 
     stages = True
 
@@ -51,6 +61,8 @@ class StagingSink(Sink):
         self.up = True
         self.budget: int | None = None
         self.down_s = 0.0
+        self.back_after: int | None = None
+        self.failed: list[float] = []
         self.flushes = 0
         self.closed = self.discarded = False
 
@@ -61,10 +73,20 @@ class StagingSink(Sink):
     def flush(self) -> None:
         self.flushes += 1
         if not self.up:
-            time.sleep(self.down_s)
+            self._fail()
             return
         end = len(self.accepted) if self.budget is None else min(self.budget, len(self.accepted))
         self.delivered = max(self.delivered, end)
+
+    def _fail(self) -> None:
+        began = self.clock()
+        if self.down_s:
+            # A try that takes its time takes it on the tracer's deadline clock.
+            assert isinstance(self.clock, MockClock), "down_s is for a test's clock"
+            self.clock.advance(self.down_s)
+        self.failed.append(began)  # last: the try is over once it is counted
+        if len(self.failed) == self.back_after:
+            self.up = True
 
     def staged_bytes(self) -> int:
         return len(self.accepted) - self.delivered
@@ -125,6 +147,72 @@ def _warnings(log: pytest.LogCaptureFixture, *about: str | None) -> list[str]:
     return [m for m in messages if any(word and word in m for word in about)]
 
 
+# How far short of a pause's end the clock stops first (a power of two: the
+# clock then lands on the end exactly).
+SHORT_S = 2.0**-10
+
+
+@contextmanager
+def _closing(
+    clock: WatchedClock, t: rt.Tracer | rt.SyncTracer, pauses: list[float]
+) -> Iterator[None]:
+    """The close of ``t``, on ``clock``, whose drain pauses ``pauses`` between
+    its tries to the store: once the k-th try failed and the writer thread
+    (which drains) has read the clock since, fixing the pause's end, the clock
+    moves to just short of that end, where the store must not be tried again
+    (for a few of the wait's polls), then to it. A pause fewer fails the test,
+    and so does one more: after ``HANG_S`` of real time the clock is moved a
+    day on, so that the close ends."""
+    sink = _sink(t)
+    assert t.run_id is not None
+    writer = f"rollout_trace writer {t.run_id[:8]}"
+    done = threading.Event()
+    wrong: list[str] = []
+
+    def until(cond: Callable[[], bool]) -> bool:
+        end = time.monotonic() + HANG_S
+        while not cond():
+            if done.is_set() or time.monotonic() > end:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def read_by_writer() -> bool:
+        ident = next((th.ident for th in threading.enumerate() if th.name == writer), None)
+        return clock.read_by(ident)
+
+    def pause(k: int, seconds: float) -> bool:
+        if not until(lambda: len(sink.failed) >= k):
+            return False
+        clock.forget()
+        if not until(read_by_writer):
+            return False
+        end, tried = clock() + seconds, sink.flushes
+        clock.advance(end - SHORT_S - clock())
+        if done.wait(POLLS_S) or sink.flushes != tried:
+            wrong.append(f"the store was tried again {SHORT_S} s before a pause's end")
+        clock.advance(max(0.0, end - clock()))  # (not back, if it was tried)
+        return True
+
+    def drain() -> None:
+        for k, seconds in enumerate(pauses, 1):
+            if not pause(k, seconds):
+                wrong.append(f"the close did not pause after its try {k}")
+                break
+        if not done.wait(HANG_S):
+            wrong.append(f"the close waited for more than {len(pauses)} pauses")
+            clock.advance(86_400.0)
+
+    mover = threading.Thread(target=drain, name="test clock", daemon=True)
+    mover.start()
+    try:
+        yield
+    finally:
+        done.set()
+        mover.join(HANG_S)
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
 def test_a_batch_counts_as_written_once_it_is_delivered(
     driver: Driver, uri: str, trace_log: pytest.LogCaptureFixture
@@ -180,23 +268,31 @@ def test_a_write_counts_only_once_all_of_it_is_delivered(driver: Driver, uri: st
 def test_what_is_staged_at_the_close_deadline_is_counted_lost_and_said_once(
     driver: Driver, uri: str, trace_log: pytest.LogCaptureFixture
 ) -> None:
-    close_timeout = 2.0
+    # Each try to the store, down, takes 0.25 s; the drain has 2 s of the
+    # close's 2.5 s. Tries at 0, 0.75 and 1.5 s, each after a pause of 0.5 s;
+    # after the third, the drain leaves no pause before a fourth: not begun.
+    close_timeout = 2.5
+    clock = WatchedClock()
+    start = clock()
 
     async def scenario(h: Handle) -> None:
         await _emit(h, 0, 100)
         assert await h.flush()
         sink = _sink(h.tracer)
-        sink.up, sink.flushes = False, 0
+        sink.down_s, sink.up, sink.flushes = 0.25, False, 0
         await _emit(h, 100, 150)
 
-    out = driver.run([uri], scenario, close_timeout=close_timeout)
+    t = driver.make(uri, close_timeout=close_timeout, deadline_clock=clock)
+    out = driver.drive(t, scenario, closing=lambda: _closing(clock, t, [0.5, 0.5]))
     sink = _sink(out.tracer)
-    assert out.close_s < close_timeout + 0.5
     assert _events(sink.stored()) == list(range(100))
     c = out.counts
     assert (c.emitted, c.written, c.dropped, c.pending) == (150, 100, 50, 0)
-    # Tried again while the drain's share of the deadline lasted (every 0.5 s).
-    assert sink.flushes >= 3
+    # Tried again while the drain's share of the deadline lasted, and the
+    # close over with the last try, within its deadline.
+    assert sink.failed == [start, start + 0.75, start + 1.5]
+    assert sink.flushes == 3
+    assert clock() == start + 1.75 < start + close_timeout
     # Stopped: discarded, not closed (what it stages was counted lost and is
     # not delivered after the counts).
     assert (sink.discarded, sink.closed) == (True, False)
@@ -209,25 +305,28 @@ def test_what_is_staged_at_the_close_deadline_is_counted_lost_and_said_once(
 def test_a_slow_try_at_the_close_is_not_begun_past_what_the_deadline_leaves(
     driver: Driver, uri: str, trace_log: pytest.LogCaptureFixture
 ) -> None:
-    # Each try takes 0.9 s; the drain has 1.6 s of the close's 2 s. A second
-    # try (at 1.4 s, after the 0.5 s pause) would end at 2.3 s, past the
+    # Each try takes 1.25 s; the drain has 2 s of the close's 2.5 s. A second
+    # try (at 1.75 s, after the 0.5 s pause) would end at 3 s, past the
     # drain, and past the deadline: the sync tracer's writer thread would
     # still be in it (the close gives the run up, for no reason of the
     # sink's), the async one's sink thread too (it is left behind, said
-    # twice). Not begun: the reason is the sink's, said once.
-    close_timeout = 2.0
+    # twice). Not begun, nor paused for: the reason is the sink's, said once.
+    close_timeout = 2.5
+    clock = WatchedClock()
+    start = clock()
 
     async def scenario(h: Handle) -> None:
         await _emit(h, 0, 100)
         assert await h.flush()
         sink = _sink(h.tracer)
-        sink.down_s, sink.up, sink.flushes = 0.9, False, 0
+        sink.down_s, sink.up, sink.flushes = 1.25, False, 0
         await _emit(h, 100, 150)
 
-    out = driver.run([uri], scenario, close_timeout=close_timeout)
+    t = driver.make(uri, close_timeout=close_timeout, deadline_clock=clock)
+    out = driver.drive(t, scenario, closing=lambda: _closing(clock, t, []))
     sink = _sink(out.tracer)
-    assert out.close_s < close_timeout
-    assert sink.flushes == 1
+    assert sink.failed == [start] and sink.flushes == 1
+    assert clock() == start + 1.25  # the one try, and nothing waited for after it
     assert (out.counts.written, out.counts.dropped) == (len(_events(sink.stored())), 50)
     (warning,) = _warnings(trace_log, uri, out.tracer.run_id)
     assert f"did not deliver what it staged before the close deadline: {DOWN}" in warning
@@ -237,19 +336,22 @@ def test_a_slow_try_at_the_close_is_not_begun_past_what_the_deadline_leaves(
 def test_a_store_back_during_the_close_gets_everything(
     driver: Driver, uri: str, trace_log: pytest.LogCaptureFixture
 ) -> None:
-    back: list[threading.Timer] = []
+    # The close's first try fails, and the store is back by the next, after
+    # the pause of 0.5 s on the clock.
+    clock = WatchedClock()
+    start = clock()
 
     async def scenario(h: Handle) -> None:
         sink = _sink(h.tracer)
-        sink.up = False
+        sink.up, sink.back_after = False, 1
         await _emit(h, 0, 100)
-        timer = threading.Timer(0.6, lambda: setattr(sink, "up", True))
-        timer.start()
-        back.append(timer)
 
-    out = driver.run([uri], scenario, close_timeout=5.0)
-    back[0].join()
+    t = driver.make(uri, close_timeout=5.0, deadline_clock=clock)
+    out = driver.drive(t, scenario, closing=lambda: _closing(clock, t, [0.5]))
     sink = _sink(out.tracer)
+    # The try that failed, the one that delivered, and the sink's own close.
+    assert sink.failed == [start] and sink.flushes == 3
+    assert clock() == start + 0.5
     assert _events(sink.stored()) == list(range(100))
     (run,) = check_runs(sink.stored(), uri=uri).values()
     assert run.closed is not None and run.closed["written"] == out.counts.written == 100

@@ -15,13 +15,13 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import pytest
-from deadlines import Helper, WatchedClock, past_deadline
+from deadlines import HANG_S, WatchedClock, bounded, past_deadline
 from samples import dispatched
 from tracecheck import check_runs, only_run
 
@@ -32,18 +32,6 @@ from rollout_trace.testing import MockClock
 
 pytestmark = pytest.mark.timeout(120)
 T = TypeVar("T")
-
-
-def bounded(fn: Callable[[], T], within: float) -> tuple[T, float]:
-    """``fn()`` on a helper thread: its value and how long it took; fails past ``within``."""
-    helper = Helper(fn, "test helper")
-    begun = time.monotonic()
-    helper.thread.start()
-    helper.thread.join(within)
-    took = time.monotonic() - begun
-    if helper.thread.is_alive():
-        pytest.fail(f"{getattr(fn, '__name__', fn)} did not return within {within} s")
-    return helper.result(), took
 
 
 def events_in(path: Path) -> int:
@@ -121,11 +109,11 @@ def test_a_thread_that_cannot_start_fails_the_open_clearly(
     # Nothing is left behind (a thread that did start ends at once), and the
     # tracer is usable as a closed one.
     assert not path.exists()
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + HANG_S  # a hang guard: the thread ends at once
     while our_threads() != before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert our_threads() == before
-    assert bounded(t.flush, 5)[0] is False
+    assert bounded(t.flush, 5) is False
     bounded(t.close, 5)
 
 
@@ -147,7 +135,7 @@ def test_a_lazily_opened_tracer_without_threads_reports_once_and_goes_quiet(
             t.emit(dispatched(i))
 
     bounded(emit_all, 5)
-    ok, _ = bounded(t.flush, 5)
+    ok = bounded(t.flush, 5)
     assert ok is False
     bounded(t.close, 5)
     t.emit(dispatched(0))  # still quiet after the close
@@ -180,7 +168,7 @@ def test_a_failed_lazy_open_is_said_before_the_flush_it_ends_returns(
     # The flush ends with the failure, not at a deadline: the clock never moves.
     t = rt.sync_tracer(str(tmp_path / "run.jsonl"), close_timeout=10, deadline_clock=MockClock())
     t.emit(dispatched(0))  # opens it, on the writer thread
-    ok, _ = bounded(t.flush, 5)
+    ok = bounded(t.flush, 5)
     # Of this tracer only: a run an earlier test left behind may report its
     # close meanwhile, from its own thread.
     said = [
@@ -304,7 +292,7 @@ def test_a_flush_on_a_hung_sink_returns_in_bounded_time(
         # The close gives the hung sink up once its call has lasted longer
         # than close_timeout, not before (and within its own deadline).
         past_deadline(lambda: t.close(timeout=2), clock, 1.0 + 1e-6, ready=hung.is_set)
-        ok, _ = bounded(lambda: t.flush(timeout), 5)  # the clock stands still: at once
+        ok = bounded(lambda: t.flush(timeout), 5)  # the clock stands still: at once
     else:
         # At its deadline; or (none) once the hung call has lasted longer
         # than close_timeout.
@@ -624,7 +612,7 @@ def test_a_lone_hung_sink_is_given_up_and_emit_never_blocks(
     for i in range(written):
         t.emit(dispatched(i))
     if written:
-        flushed, _ = bounded(lambda: t.flush(timeout=5), 10)
+        flushed = bounded(lambda: t.flush(timeout=5), 10)
         assert flushed is True  # trace_opened, then the first batch: its two writes
     # The writer thread is stuck in a write; emit goes on, dropping (counted)
     # once the buffer is full.
@@ -685,13 +673,15 @@ class PipeReader(threading.Thread):
 
 
 def _emit_and_close(uri: str, close_timeout: float, events: int) -> rt.SyncTracer:
-    """Open a tracer, emit ``events``, close it (in bounded time); its counts add up."""
-    t = rt.sync_tracer(uri, close_timeout=close_timeout)
+    """Open a tracer, emit ``events``, close it: the close still waits just short
+    of its deadline (``close_timeout`` on the tracer's clock), and gives the run
+    up once past it. Its counts add up."""
+    clock = WatchedClock()
+    t = rt.sync_tracer(uri, close_timeout=close_timeout, deadline_clock=clock)
     bounded(t.open, 5)
     for i in range(events):
         t.emit(dispatched(i))
-    _, took = bounded(t.close, close_timeout + 10)
-    assert took < close_timeout + 1.5, took
+    past_deadline(t.close, clock, close_timeout)
     c = t.counts
     assert (c.emitted, c.written + c.dropped, c.pending) == (events, events, 0), c
     return t
@@ -752,7 +742,7 @@ def test_a_writer_thread_given_up_ends_its_own_run_and_touches_no_other(
         writer1 = f"rollout_trace writer {run1[:8]}"
         assert _wait_for_threads_to_end(writer1) == []
         if reopen:
-            flushed, _ = bounded(t.flush, 10)
+            flushed = bounded(t.flush, 10)
             assert flushed is True
             c2 = t.counts
             assert (c2.emitted, c2.written, c2.dropped, c2.pending) == (1_000, 1_000, 0, 0), c2
@@ -1107,3 +1097,34 @@ def test_a_flush_of_a_run_given_up_before_its_writer_began_returns(
     aborted.set()
     thread.join(30)
     assert not thread.is_alive() and got == [False]
+
+
+_HUNG_AT_EXIT = """
+import os
+import sys
+
+import rollout_trace as rt
+from rollout_trace.testing import MockClock
+
+fifo = sys.argv[1]
+keep = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads
+# Deadlines on a clock nobody moves: only the exit hook's cap in real time ends the close.
+t = rt.sync_tracer(fifo, close_timeout=1, deadline_clock=MockClock())
+t.open()
+for i in range(20_000):  # far more than the pipe holds: the write hangs
+    t.emit(rt.WeightsSynced(weight_version=i))
+print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_the_exit_hook_gives_a_hung_run_up_in_real_time_whatever_the_deadline_clock(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "nobody-reads.jsonl"
+    os.mkfifo(fifo)
+    proc = _python(_HUNG_AT_EXIT, str(fifo))  # hangs (and fails) without the cap
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert proc.stdout == b"done\n"
+    assert "what was not written by then is lost" in err, err
