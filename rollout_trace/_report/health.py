@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from array import array
 from collections import Counter
 from collections.abc import Iterable
@@ -356,8 +357,9 @@ def stalls_of(run: RunLine, stall_after: float) -> list[Stall]:
 def _rate(runs: list[RunLine]) -> Rate:
     """Sealed tries per second over the runs' span, in about ``_BUCKETS`` buckets."""
     seals = [a.end for run in runs for a in run.attempts if a.outcome == "sealed"]
-    times = [t for run in runs for t in (run.first_time, run.last_time)]
-    finite = [t for t in (*times, *seals) if math.isfinite(t)]
+    seals = list(filter(math.isfinite, seals))
+    times = [t for run in runs for t in (run.first_time, run.last_time) if math.isfinite(t)]
+    finite = times + seals
     if not finite:
         return Rate(start=0.0, bucket_s=0.0, per_s=[])
     first, span = min(finite), max(finite) - min(finite)
@@ -365,7 +367,9 @@ def _rate(runs: list[RunLine]) -> Rate:
         (w for w in _BUCKET_WIDTHS if w * _BUCKETS >= span), math.ceil(span / _BUCKETS) or 1
     )
     counts = [0] * max(1, math.ceil(span / width))
-    for t in seals:
-        if math.isfinite(t):
-            counts[min(max(int((t - first) // width), 0), len(counts) - 1)] += 1
+    # Seals per bucket counted in C, then each bucket placed (clamped) once.
+    since = map(operator.sub, seals, itertools.repeat(first))
+    at = map(operator.floordiv, since, itertools.repeat(width))
+    for b, n in Counter(map(int, at)).items():
+        counts[min(max(b, 0), len(counts) - 1)] += n
     return Rate(start=first, bucket_s=float(width), per_s=[c / width for c in counts])

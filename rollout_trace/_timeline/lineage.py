@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from .._model.terms import same_use
@@ -171,25 +172,29 @@ def quantile(ordered: list[float], p: float) -> float:
 class TriesState:
     """Per sibling: the tries of its use so far, and the seal that ended it (if any)."""
 
-    count: Counter[Sibling] = field(default_factory=Counter)
+    # Every sibling seen has had a try: its count is at least 1.
+    count: dict[Sibling, int] = field(default_factory=dict)
     # sibling -> (group id, attempt, run id) of the seal that ended its use
     sealed: dict[Sibling, tuple[str, int, str]] = field(default_factory=dict)
 
     def finish(self) -> Counter[tuple[str, str]]:
         """The uses sealed and not yet closed, each as (the run that sealed it, its
         bucket), as if every sibling's use ended here."""
-        out: Counter[tuple[str, str]] = Counter()
-        for key, (_, _, where) in self.sealed.items():
-            out[where, bucket(self.count[key])] += 1
-        return out
+        count = self.count
+        wheres = map(itemgetter(2), self.sealed.values())
+        return Counter(zip(wheres, map(bucket, map(count.__getitem__, self.sealed)), strict=True))
 
     def unsealed(self) -> int:
         """Siblings with tries and no seal since: their use is open."""
-        return sum(1 for key, n in self.count.items() if n and key not in self.sealed)
+        return len(self.count.keys() - self.sealed.keys())
+
+
+_BUCKETS = {0: "1", 1: "1", 2: "2"}
 
 
 def bucket(n: int) -> str:
-    return str(max(n, 1)) if n < 3 else "3+"
+    """The column a use of ``n`` tries counts in."""
+    return _BUCKETS.get(n, "3+")
 
 
 def tries_pass(
@@ -200,20 +205,24 @@ def tries_pass(
     """Walk ``run``'s starts and seals in seq order from ``state``; the uses a new
     one closed, each as (the run that sealed it, its bucket). ``kept``: per
     stopped run, the siblings whose seal there its restored state holds
-    (``Timeline.kept``)."""
-    events: list[tuple[int, int, Attempt]] = []
-    for a in run.attempts:
-        if a.started:
-            events.append((a.start_seq, 0, a))
-        if a.outcome == "sealed":
-            events.append((a.end_seq, 1, a))
-    events.sort(key=lambda e: (e[0], e[1]))
+    (``Timeline.kept``). A start comes before a seal of the same seq."""
+    tries = run.attempts
+    starts = [a for a in tries if a.started]
+    seals = [a for a in tries if a.outcome == "sealed"]
+    both = starts + seals
+    # Starts and seals in one order, made in C: seq, then starts first.
+    at = [s * 2 for s in map(_START_SEQ, starts)] + [s * 2 + 1 for s in map(_END_SEQ, seals)]
+    order = sorted(range(len(both)), key=at.__getitem__)
+    keys = list(zip(map(_PROMPT, both), map(_INDEX, both), strict=True))
+    n_starts = len(starts)
     closed: Counter[tuple[str, str]] = Counter()
     count, sealed = state.count, state.sealed
-    for _, kind, a in events:
-        key = (a.prompt_id, a.generation_index)
-        held = sealed.get(key)
-        if kind == 0:
+    run_id = run.run_id
+    for k in order:
+        a = both[k]
+        key = keys[k]
+        if k < n_starts:
+            held = sealed.pop(key, None)
             if held is not None:
                 group, attempt, where = held
                 held_there = kept.get(where)
@@ -223,19 +232,23 @@ def tries_pass(
                     where,
                     a.group_id,
                     a.attempt,
-                    run.run_id,
+                    run_id,
                     held_there is not None and key in held_there,
                 )
-                del sealed[key]
                 if not goes_on:
                     closed[where, bucket(count[key])] += 1
                     count[key] = 0
             # A resume goes on with a try counted where it began (if that is
             # in the set: else it is the first try seen).
-            if a.resumed_turn is None or not count[key]:
-                count[key] += 1
+            n = count.get(key, 0)
+            if a.resumed_turn is None or not n:
+                count[key] = n + 1
         else:
-            if count[key] == 0:
+            if key not in count:
                 count[key] = 1  # its start is before the trace set: one try at least
-            sealed[key] = (a.group_id, a.attempt, run.run_id)
+            sealed[key] = (a.group_id, a.attempt, run_id)
     return closed
+
+
+_START_SEQ, _END_SEQ = attrgetter("start_seq"), attrgetter("end_seq")
+_PROMPT, _INDEX = attrgetter("prompt_id"), attrgetter("generation_index")
