@@ -126,7 +126,8 @@ class MockClock:
     """A clock that moves only when told to (``advance``), for ``deadline_clock=``.
 
     Modelled on trio's ``MockClock``: calling it returns its time in seconds
-    (``start``, 1000.0 unless given), which ``advance(seconds)`` moves forward;
+    (``start``, 1000.0 unless given), which ``advance(seconds)`` (or
+    ``advance_to(t)``) moves forward;
     any thread may read or advance it. The tracer's waits go on polling in
     real time (every 50 ms at most): a deadline the clock is moved past ends
     its wait at the next poll, and none that it is not moved past ever ends.
@@ -145,6 +146,14 @@ class MockClock:
             raise ValueError(f"a clock only goes forward: advance({seconds!r})")
         with self._lock:
             self._now += seconds
+
+    def advance_to(self, t: float) -> None:
+        """Move the clock to ``t`` exactly (not before its time now): a deadline
+        ``t`` is reached however the sum of the steps to it would round."""
+        with self._lock:
+            if not t >= self._now:
+                raise ValueError(f"a clock only goes forward: advance_to({t!r}) at {self._now!r}")
+            self._now = float(t)
 
     def __repr__(self) -> str:
         return f"MockClock({self._now!r})"

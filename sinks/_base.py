@@ -66,7 +66,7 @@ class Sink:
     #: The clock of the sink's deadlines, in seconds that only go forward: the
     #: tracer sets it to its ``deadline_clock`` before ``open()`` (by default
     #: ``time.monotonic``). Read it, never ``time.monotonic``, for a deadline.
-    clock: Callable[[], float] = time.monotonic
+    deadline_clock: Callable[[], float] = time.monotonic
 
     def __init__(self, location: str, options: Mapping[str, str]) -> None:
         self.location = location
@@ -82,7 +82,7 @@ class Sink:
         return 0.0
 
     def wait_until(self, deadline: float, event: threading.Event | None = None) -> bool:
-        """Wait until ``clock()`` reaches ``deadline``, or until ``event`` is set.
+        """Wait until ``deadline_clock()`` reaches ``deadline``, or until ``event`` is set.
 
         Whether ``event`` was set (False: the deadline came first). The wait
         sleeps in slices of real time (``WAIT_SLICE_S`` at most), so that a
@@ -91,7 +91,7 @@ class Sink:
         while True:
             if event is not None and event.is_set():
                 return True
-            left = deadline - self.clock()
+            left = deadline - self.deadline_clock()
             if left <= 0:
                 return False
             if event is not None:

@@ -20,7 +20,8 @@ _FSYNC_MODES = ("never", "batch", "always")
 # path for a file deleted or moved away. A look is a system call, and on the
 # writing thread every system call lets the program take the GIL, which the
 # thread then waits for (a switch interval, 5 ms, while the program is busy).
-# Real time, not ``clock``: it rate-limits stat() calls, a cost per real second; no one waits on it.
+# Real time, not ``deadline_clock``: it rate-limits stat() calls (a cost per
+# real second); nothing waits on it.
 _LOOK_EVERY = 0.25
 # More than JSON lines compress to (some 10 to 20 times): the text a gzip
 # segment's room is first tried with.
@@ -56,7 +57,7 @@ class JsonlSink(Sink):
     most ``rotate_mb`` megabytes (10**6 bytes as written; a write is split at
     whole lines, a line longer than that takes a segment of its own) and is
     ended as soon as it is full; one ``rotate_s`` seconds old is ended before
-    the next batch or at the next ``flush()`` (its age is on ``clock``, the
+    the next batch or at the next ``flush()`` (its age is on ``deadline_clock``, the
     tracer's ``deadline_clock``). A write split over two
     segments is a member in each. An ended segment is a whole file, and a
     reader takes a run's segments as one run, in any order.
@@ -82,7 +83,7 @@ class JsonlSink(Sink):
             )
         self.segment = -1  # the current segment's number; -1: not rotating
         self._segment_bytes = 0
-        self._segment_until = math.inf  # clock() when the segment is due to end (rotate_s)
+        self._segment_until = math.inf  # deadline_clock() when the segment is due to end (rotate_s)
         self.reopened = 0
         # The write under way (None: none is): file descriptor -> bytes put
         # there, and the files it ended, closed once it is done.
@@ -134,7 +135,7 @@ class JsonlSink(Sink):
             _fsync_dir(parent)
         self._segment_bytes = 0
         if self._rotate_s is not None:
-            self._segment_until = self.clock() + self._rotate_s
+            self._segment_until = self.deadline_clock() + self._rotate_s
 
     def _still_there(self) -> bool:
         try:
@@ -285,8 +286,10 @@ class JsonlSink(Sink):
             os.fsync(self._fd)
 
     def _old(self) -> bool:
-        """Whether a segment is open and ``rotate_s`` old, on ``clock``."""
-        return self._fd >= 0 and self._rotate_s is not None and self.clock() >= self._segment_until
+        """Whether a segment is open and ``rotate_s`` old, on ``deadline_clock``."""
+        if self._fd < 0 or self._rotate_s is None:
+            return False
+        return self.deadline_clock() >= self._segment_until
 
     def flush(self) -> None:
         self._look_at = 0.0  # the next write looks at the path

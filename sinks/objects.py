@@ -20,7 +20,7 @@ outage, and what waits is kept staged. Uploads that keep failing for
 ``retry_s`` seconds, or more staged than ``_MAX_STAGED`` bytes, stop the sink:
 the tracer reports it once and counts what it held as lost.
 
-Every one of those times is on the sink's ``clock`` (``Sink.clock``, the
+Every one of those times is on the sink's ``deadline_clock`` (``Sink.deadline_clock``, the
 tracer's ``deadline_clock``): ``rotate_s``, ``upload_s``, ``retry_s``, the
 backoff, each call's ``timeout_s`` and a call's share of it. A call given up
 at its ``timeout_s`` is given up within ``WAIT_SLICE_S`` of the clock passing
@@ -239,11 +239,11 @@ class ObjectStoreSink(Sink):
                 raise OSError(f"{self.url_base}: {type(exc).__name__}: {exc}") from exc
             # Unreachable now: the job starts anyway, and the segments are
             # numbered when the store first answers.
-            self._note_failure(exc, self.clock())
+            self._note_failure(exc, self.deadline_clock())
 
     def write(self, data: bytes) -> None:
         self._raise_stop()
-        now = self.clock()
+        now = self.deadline_clock()
         if self._current is not None and now >= self._segment_until:
             self._end_segment()
         # A write can join batches queued for megabytes: a segment ends as
@@ -276,7 +276,7 @@ class ObjectStoreSink(Sink):
 
     def flush(self) -> None:
         self._raise_stop()
-        now = self.clock()
+        now = self.deadline_clock()
         if self._current is not None and now >= self._segment_until:
             self._end_segment()
         uploaded = self._deliver(now, everything=True, forced=True, budget=self._call_budget)
@@ -288,9 +288,9 @@ class ObjectStoreSink(Sink):
             self._end_segment()
         # The tracer already tried again until its drain deadline for what it
         # counts; what is left is its last lines (trace_closed): a short try.
-        until = self.clock() + _CLOSE_S
+        until = self.deadline_clock() + _CLOSE_S
         while True:
-            now = self.clock()
+            now = self.deadline_clock()
             self._deliver(now, everything=True, forced=True)
             self._raise_stop()
             if not self._segments:
@@ -353,7 +353,7 @@ class ObjectStoreSink(Sink):
         after the call began. Whether anything was uploaded."""
         if self._failing_since is not None and not forced and now < self._retry_at:
             return False
-        began = self.clock()
+        began = self.deadline_clock()
         longest = 0.0  # the longest upload so far, to tell when the next one ends
         uploaded = False
         for segment in list(self._segments):
@@ -363,7 +363,7 @@ class ObjectStoreSink(Sink):
                 if segment is not self._current:
                     self._segments.remove(segment)
                 continue
-            start = self.clock()
+            start = self.deadline_clock()
             if uploaded and start + longest - began > budget:
                 break  # the rest waits for the next call (still staged)
             try:
@@ -379,18 +379,18 @@ class ObjectStoreSink(Sink):
                 self._note_failure(exc, now)
                 return uploaded
             uploaded = True
-            longest = max(longest, self.clock() - start)
+            longest = max(longest, self.deadline_clock() - start)
             self._delivered = segment.raw_end
             self._delivered_lines = segment.lines_end
             if segment is not self._current:
                 self._segments.remove(segment)
             else:
-                self._upload_at = self.clock() + self._upload_s
+                self._upload_at = self.deadline_clock() + self._upload_s
         if self._failing_since is not None:
             logger.warning(
                 "rollout_trace: uploads to %s work again after %.1f s",
                 self.url_base,
-                self.clock() - self._failing_since,
+                self.deadline_clock() - self._failing_since,
             )
         self._failing_since = None
         self._last_error = None
@@ -414,7 +414,7 @@ class ObjectStoreSink(Sink):
 
         botocore's timeouts do not cover all of a call (a PUT waits for its
         ``100 Continue`` unbounded), so an async filesystem's call runs on its
-        loop under a deadline on ``clock``, and is cancelled there when it
+        loop under a deadline on ``deadline_clock``, and is cancelled there when it
         passes: a hung upload of older bytes must not land later, over a newer
         one.
         """
@@ -422,16 +422,16 @@ class ObjectStoreSink(Sink):
         if not getattr(fs, "async_impl", False):
             return getattr(fs, name)(*args)
         limit = self._timeout_s if limit is None else limit
-        end = self.clock() + limit
+        end = self.deadline_clock() + limit
         future = asyncio.run_coroutine_threadsafe(getattr(fs, "_" + name)(*args), fs.loop)
         while True:
             try:
                 # In slices: the deadline is on the clock, which a test moves.
-                return future.result(max(min(end - self.clock(), WAIT_SLICE_S), 0.0))
+                return future.result(max(min(end - self.deadline_clock(), WAIT_SLICE_S), 0.0))
             except concurrent.futures.TimeoutError:
                 if future.done():  # the answer came meanwhile, or the client's own timeout
                     return future.result()
-                if self.clock() < end:
+                if self.deadline_clock() < end:
                     continue
             future.cancel()
             within = f"timeout_s={limit:g}" if limit == self._timeout_s else f"{limit:g}"

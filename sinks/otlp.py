@@ -93,7 +93,7 @@ class OtlpHttpSink(Sink):
     A request the collector answered with a 2xx status is never sent again:
     an answer then cut fails the write. Any other answer, a budget spent, or
     a partial success that rejected records raises ``OtlpExportError``.
-    The deadline and the backoff are on the sink's ``clock`` (the tracer's
+    The deadline and the backoff are on the sink's ``deadline_clock`` (the tracer's
     ``deadline_clock``): a request is cut, and a backoff ends, within
     ``WAIT_SLICE_S`` of the clock passing them. Each try's socket waits at
     most what is left of the budget, in real time.
@@ -310,7 +310,7 @@ class OtlpHttpSink(Sink):
         """Cut each request at its deadline, until the sink is closed: each step of a
         request times out by itself when no byte comes, but an answer trickled a byte
         at a time does not. A request is watched in slices of ``WAIT_SLICE_S`` (its
-        deadline is on ``clock``, which a test moves); with none to watch, the
+        deadline is on ``deadline_clock``, which a test moves); with none to watch, the
         watchdog sleeps until a request or the close wakes it."""
         with self._lock:
             while not self._closed.is_set():
@@ -422,7 +422,7 @@ class _Flight:
 
     def __init__(self, sink: OtlpHttpSink, timeout_s: float) -> None:
         self.sink = sink
-        self.deadline = sink.clock() + timeout_s
+        self.deadline = sink.deadline_clock() + timeout_s
         self.closed = sink._closed
         self.tries = 1
         self.problem = ""  # why the last try failed
@@ -433,7 +433,7 @@ class _Flight:
         self._lock = threading.Lock()
 
     def left(self) -> float:
-        return self.deadline - self.sink.clock()
+        return self.deadline - self.sink.deadline_clock()
 
     def failed(
         self, error: BaseException | None, response: urllib3.BaseHTTPResponse | None = None
@@ -547,7 +547,7 @@ class _Retry(urllib3.Retry):
         wait = max(self.get_backoff_time(), flight.asked or 0.0)
         if flight.closed.is_set() or wait >= flight.left():
             raise _GiveUp
-        if flight.sink.wait_until(flight.sink.clock() + wait, flight.closed):
+        if flight.sink.wait_until(flight.sink.deadline_clock() + wait, flight.closed):
             raise _GiveUp
         flight.tries += 1
 

@@ -124,12 +124,14 @@ def past_deadline(
     _until(ready, "what the test waits for")
     # The clock stands still: whatever fn waits for, it is not its deadline yet.
     assert helper.is_alive(), f"{fn} returned before its deadline: {box}"
+    # Moved to the deadline exactly: a step of ``seconds - SHORT_S`` then
+    # ``SHORT_S`` could land a rounding short of it, a wait that never ends.
+    deadline = clock() + seconds
     if early:
         clock.advance(seconds - SHORT_S)
         helper.join(POLLS_S)
         assert helper.is_alive(), f"{fn} returned {SHORT_S} s before its deadline: {box}"
-        seconds = SHORT_S
-    clock.advance(seconds)
+    clock.advance_to(deadline)
     helper.join(HANG_S)
     if helper.is_alive():
         pytest.fail(f"{fn} did not return within {HANG_S} s of its deadline")
@@ -177,13 +179,12 @@ def advancing(
         if done.is_set():
             return
         seen["waited"] = True
+        deadline = clock() + seconds
         if early:
             clock.advance(seconds - SHORT_S)
             if done.wait(POLLS_S):
                 seen["early"] = True
-            clock.advance(SHORT_S)
-        else:
-            clock.advance(seconds)
+        clock.advance_to(deadline)  # exactly there (see past_deadline)
 
     mover = threading.Thread(target=helper, name="test clock", daemon=True)
     mover.start()

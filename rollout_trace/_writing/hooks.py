@@ -155,14 +155,26 @@ def close_all() -> None:
     begun is waited for too: the process must not end before it writes
     ``trace_closed``. Each run's writer thread carries its close out.
     """
-    begun = [(t, t.begin_close(None)) for t, _ in _tracked()]
-    for tracer, mark in begun:
-        if mark is not None:
-            # Also within close_timeout of real time: a process must end even
-            # when its deadline clock is a test's that nobody moves any more.
-            real_s = getattr(getattr(tracer, "_config", None), "close_timeout", math.inf)
-            with contextlib.suppress(Exception):  # an exit hook must not raise
-                tracer.finish_close(mark, real_s=real_s)
+    begun = [(t, m) for t, _ in _tracked() if (m := t.begin_close(None)) is not None]
+    # Each close also ends when its deadline's time has passed in real time,
+    # counted from now for all alike: a process must end even when its
+    # deadline clock is a test's that nobody moves any more.
+    now = _real_time()
+    ends = [now + _time_left(t, m) for t, m in begun]
+    for (tracer, mark), end in zip(begun, ends, strict=True):
+        with contextlib.suppress(Exception):  # an exit hook must not raise
+            tracer.finish_close(mark, real_s=max(0.0, end - _real_time()))
+
+
+_real_time = time.monotonic  # (a test's to replace)
+
+
+def _time_left(tracer: Any, mark: Any) -> float:
+    """Seconds until the close's deadline (its own: one begun with a longer timeout keeps it)."""
+    try:
+        return float(mark.deadline - tracer._config.deadline_clock())
+    except Exception:  # not a tracer of ours: its own deadline holds
+        return math.inf
 
 
 def _after_fork_in_child() -> None:

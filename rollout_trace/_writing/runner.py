@@ -204,8 +204,8 @@ class SinkRunner:
         # call has lasted, to give a hung sink up.
         self._clock = clock
         self.sink = sink
-        # The sink's own timeouts and backoff run on the same clock (``Sink.clock``).
-        sink.clock = clock
+        # The sink's own timeouts and backoff run on the same clock (``Sink.deadline_clock``).
+        sink.deadline_clock = clock
         self.cap = cap  # events this sink may have queued before it loses batches
         self.direct = direct  # written and flushed by the caller of submit() and mark()
         # A sink that stages what it accepts (``Sink.stages``): its batches

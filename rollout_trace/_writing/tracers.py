@@ -1352,7 +1352,7 @@ def tracer(
     ``time`` (Unix seconds; ``time.time`` unless a simulation brings its own);
     ``deadline_clock``: the clock of every deadline (the open's wait, a
     flush's ``timeout``, ``close_timeout`` for the close and for a hung sink,
-    and the sinks' own timeouts and backoff, ``Sink.clock``;
+    and the sinks' own timeouts and backoff, ``Sink.deadline_clock``;
     ``time.monotonic``; a test passes ``rollout_trace.testing.MockClock`` and
     moves it past a deadline, which the waits notice within 50 ms);
     ``strict``: for tests, ``emit`` raises ``rt.InvalidEventError`` for an

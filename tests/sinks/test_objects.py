@@ -31,7 +31,7 @@ from typing import Any
 import fsspec
 import pytest
 import s3fs
-from deadlines import HANG_S, SHORT_S, WatchedClock, advancing
+from deadlines import HANG_S, SHORT_S, WatchedClock, advancing, past_deadline
 from s3server import BUCKET, S3Server
 from tracecheck import check_runs, only_run
 from writing.harness import DRIVERS, Driver, Handle
@@ -131,7 +131,7 @@ def _backoffs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     wait_until = sinks_objects.ObjectStoreSink.wait_until
 
     def watched(sink: Any, deadline: float, event: threading.Event | None = None) -> bool:
-        waits.append(deadline - sink.clock())
+        waits.append(deadline - sink.deadline_clock())
         return wait_until(sink, deadline, event)
 
     monkeypatch.setattr(sinks_objects.ObjectStoreSink, "wait_until", watched)
@@ -1064,3 +1064,21 @@ def test_a_stop_waiting_for_the_next_call_is_the_reason_given_for_what_is_staged
     assert why is not None and "PermissionError" in why and "t.000002.jsonl" in why
     with pytest.raises(OSError, match="PermissionError"):
         sink.flush()
+
+
+@pytest.mark.usefixtures("only_our_deadlines")
+def test_a_hung_call_is_cut_at_its_timeout_on_the_clock_not_in_real_time(
+    s3: S3Server, prefix: str, clock: WatchedClock
+) -> None:
+    # timeout_s far shorter than the time the clock is held still: a call cut
+    # in real time would end before the clock reaches its deadline.
+    sink = sinks_objects.S3Sink(f"{BUCKET}/{prefix}/t.jsonl", {"timeout_s": "0.02"})
+    sink.deadline_clock = clock
+    sink.open()
+    s3.proxy.hang = True
+    try:
+        with pytest.raises(TimeoutError, match=r"timeout_s=0\.02"):
+            past_deadline(lambda: sink._bounded("ls", f"{BUCKET}/{prefix}"), clock, 0.02)
+    finally:
+        s3.proxy.hang = False
+    sink.close()

@@ -126,7 +126,7 @@ def backoffs(monkeypatch: pytest.MonkeyPatch) -> _Backoffs:
         return backoff
 
     def jumping(sink: OtlpHttpSink, deadline: float, event: threading.Event | None = None) -> bool:
-        clock = sink.clock
+        clock = sink.deadline_clock
         assert isinstance(clock, MockClock), "a wait on real time"
         seen.waits.append(deadline - clock())
         seen.then(len(seen.waits))
@@ -748,7 +748,7 @@ def test_a_refused_connection_is_reported_as_refused_however_loaded_the_machine(
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     sink = make(f"127.0.0.1:{_free_port()}", {"timeout_s": "5"})
-    sink.clock = clock
+    sink.deadline_clock = clock
     with pytest.raises(OtlpExportError, match=r"within timeout_s=5 \(2 tries\)") as caught:
         sink.write(_line(**_opened()))
     assert "ConnectionRefusedError" in str(caught.value)
@@ -958,7 +958,7 @@ def test_a_retry_after_past_the_budget_fails_at_once(
 ) -> None:
     receiver.fail_next(1, 503, {"Retry-After": "30"})
     sink = make(receiver.location, {"timeout_s": "2"})
-    sink.clock = MockClock()  # stands still: a wait for the answer's 30 s never ends
+    sink.deadline_clock = MockClock()  # stands still: a wait for the answer's 30 s never ends
     with pytest.raises(OtlpExportError, match="it asked to wait 30 s"):
         at_once(lambda: sink.write(_line(**_opened())), "the write")
     assert len(receiver.seen) == 1
@@ -990,7 +990,7 @@ def test_a_short_retry_after_does_not_cut_the_backoff(
 ) -> None:
     receiver.fail_next(100, 429, {"Retry-After": retry_after})  # busy past the budget
     sink = make(receiver.location, {"timeout_s": "2"})
-    sink.clock = clock = MockClock()
+    sink.deadline_clock = clock = MockClock()
     start = clock()
     with pytest.raises(OtlpExportError, match="within timeout_s=2") as caught:
         sink.write(_line(**_opened()))
@@ -1040,7 +1040,7 @@ def test_timeout_s_is_a_deadline_for_a_whole_request(
 ) -> None:
     setup(receiver)
     sink = make(receiver.location, {"timeout_s": "30"})
-    sink.clock = clock = WatchedClock()
+    sink.deadline_clock = clock = WatchedClock()
     if taken:
         at_once(lambda: sink.write(_line(**_opened())), "the write")
         assert len(receiver.entries) == 1
@@ -1065,7 +1065,7 @@ def test_the_waits_between_tries_count_against_timeout_s(
     _always_busy(receiver)
     monkeypatch.setattr(random, "uniform", lambda low, high: high)
     sink = make(receiver.location, {"timeout_s": "1"})
-    sink.clock = clock = MockClock()
+    sink.deadline_clock = clock = MockClock()
     backoffs: list[float] = []
     waiting = threading.Event()
     wait_until = sink.wait_until
@@ -1139,7 +1139,7 @@ def test_timeout_s_is_a_deadline_for_each_request_of_a_write(
     monkeypatch.setattr(sinks_otlp, "REQUEST_BYTES", 100 * len(lines[0]))
     data = b"".join(lines)
     sink = make(receiver.location, {"timeout_s": timeout_s})
-    sink.clock = clock = MockClock()
+    sink.deadline_clock = clock = MockClock()
     start = clock()
     left: list[float] = []
     _slow_answers(monkeypatch, clock, delay, lambda flight: left.append(flight.left()))
@@ -1226,7 +1226,7 @@ def test_close_from_another_thread_ends_a_write_in_flight(
     fault(receiver)
     sink = make(receiver.location, {"timeout_s": "60"})
     # The clock stands still, a wait too: nothing but the close ends the write.
-    sink.clock = MockClock()
+    sink.deadline_clock = MockClock()
     backoffs.jump = False
     errors: list[BaseException] = []
 
@@ -1278,7 +1278,7 @@ def test_a_connection_the_collector_closed_is_replaced_at_once(
     receiver: Receiver, backoffs: _Backoffs, make: Callable[..., OtlpHttpSink]
 ) -> None:
     sink = make(receiver.location, {})
-    sink.clock = MockClock()
+    sink.deadline_clock = MockClock()
     sink.write(_line(**_opened()))
     receiver.down()
     receiver.up()

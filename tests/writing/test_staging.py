@@ -79,11 +79,11 @@ class StagingSink(Sink):
         self.delivered = max(self.delivered, end)
 
     def _fail(self) -> None:
-        began = self.clock()
+        began = self.deadline_clock()
         if self.down_s:
             # A try that takes its time takes it on the tracer's deadline clock.
-            assert isinstance(self.clock, MockClock), "down_s is for a test's clock"
-            self.clock.advance(self.down_s)
+            assert isinstance(self.deadline_clock, MockClock), "down_s is for a test's clock"
+            self.deadline_clock.advance(self.down_s)
         self.failed.append(began)  # last: the try is over once it is counted
         if len(self.failed) == self.back_after:
             self.up = True

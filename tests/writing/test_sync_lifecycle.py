@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar, TypeVar
 
 import pytest
@@ -1128,3 +1129,34 @@ def test_the_exit_hook_gives_a_hung_run_up_in_real_time_whatever_the_deadline_cl
     assert proc.returncode == 0, err
     assert proc.stdout == b"done\n"
     assert "what was not written by then is lost" in err, err
+
+
+class _Closing:
+    """A tracer as the exit hook sees it: a close begun with ``left`` seconds to its
+    deadline (on its own clock, standing at 0), whose wait takes all it is given."""
+
+    def __init__(self, left: float, close_timeout: float, now: list[float]) -> None:
+        self._config = SimpleNamespace(close_timeout=close_timeout, deadline_clock=lambda: 0.0)
+        self.left, self.now = left, now
+        self.given: float | None = None
+
+    def begin_close(self, timeout: float | None = None) -> Any:
+        return tracers.CloseMark(self.left)
+
+    def finish_close(self, mark: Any, *, real_s: float) -> None:
+        self.given = real_s
+        self.now[0] += real_s  # waited all of it: the sink hangs
+
+
+def test_the_exit_hook_gives_every_close_its_own_deadline_counted_from_one_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(hooks, "_real_time", lambda: now[0])
+    # A close the program began with close(timeout=30) keeps its 30 s, whatever
+    # close_timeout says; the others end where their deadlines are from the start,
+    # not after the closes before them.
+    closing = [_Closing(30.0, 1.0, now), _Closing(1.5, 1.5, now), _Closing(31.0, 1.0, now)]
+    monkeypatch.setattr(hooks, "_tracked", lambda: [(t, 0) for t in closing])
+    hooks.close_all()
+    assert [t.given for t in closing] == [30.0, 0.0, 1.0]
