@@ -122,10 +122,6 @@ def blocks(
             progress.clear()
 
 
-def _reported_already(_: ReadProblem) -> None:
-    pass
-
-
 def output_error(out: str, suffixes: Mapping[str, str], files: Sequence[str]) -> str | None:
     """Why ``out`` may not be written, if so: a suffix that names no output kind
     (``suffixes``: suffix -> what is written), or one of the trace files read."""

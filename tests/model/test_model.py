@@ -268,3 +268,22 @@ def test_a_field_read_from_the_columns_is_the_field_of_the_event(
         ]:
             at = ev.where(*kinds)
             assert ev.events.values(name, at) == [getattr(ev.events[i], name) for i in at]
+
+
+def test_a_growing_model_builds_again_only_the_runs_that_gained_lines() -> None:
+    # What `watch` keeps between frames: a run whose lines did not change is
+    # the same Run, not built again.
+    from rollout_trace._model.live import GrowingBuilder
+
+    one = make_run(1, 100.0, [(101.0, disp(1, 0))], closed=300.0)
+    two = make_run(2, 100.0, [(101.0, disp(2, 0))], closed=300.0)
+    builder = GrowingBuilder()
+    builder.add(one[:2], source="a")
+    builder.add(two[:2], source="b")
+    first = {r.run_id: r for r in builder.build().runs}
+    assert builder.rebuilt == 2
+    builder.add(two[2:], source="b")  # only run 2 grows
+    again = {r.run_id: r for r in builder.build().runs}
+    assert builder.rebuilt == 1
+    assert again[run_id(1)] is first[run_id(1)]
+    assert again[run_id(2)] is not first[run_id(2)] and len(again[run_id(2)].events) == len(two)
