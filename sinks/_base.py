@@ -41,9 +41,9 @@ class Sink:
     again. ``write()`` either writes all of ``data`` or raises.
 
     A sink's own deadlines and timers (a call's timeout, a retry budget, a
-    backoff) are on ``clock``, the tracer's ``deadline_clock``: a test that
-    passes the tracer a ``rollout_trace.testing.MockClock`` moves them with
-    the tracer's own. A sink waits for one with ``wait_until``, never with
+    backoff) are on ``deadline_clock``, which the tracer sets to its own: a
+    test that passes the tracer a ``rollout_trace.testing.MockClock`` moves
+    them with the tracer's. A sink waits for one with ``wait_until``, never with
     ``time.sleep`` or a timeout in real time.
     """
 

@@ -56,11 +56,11 @@ class JsonlSink(Sink):
     numbered on from the highest segment already there). A segment holds at
     most ``rotate_mb`` megabytes (10**6 bytes as written; a write is split at
     whole lines, a line longer than that takes a segment of its own) and is
-    ended as soon as it is full; one ``rotate_s`` seconds old is ended before
-    the next batch or at the next ``flush()`` (its age is on ``deadline_clock``, the
-    tracer's ``deadline_clock``). A write split over two
-    segments is a member in each. An ended segment is a whole file, and a
-    reader takes a run's segments as one run, in any order.
+    ended as soon as it is full; one ``rotate_s`` seconds old (on
+    ``deadline_clock``) is ended before the next batch or at the next
+    ``flush()``. A write split over two segments is a member in each. An
+    ended segment is a whole file, and a reader takes a run's segments as one
+    run, in any order.
     """
 
     options = frozenset({"fsync", "rotate_mb", "rotate_s"})

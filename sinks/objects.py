@@ -20,11 +20,13 @@ outage, and what waits is kept staged. Uploads that keep failing for
 ``retry_s`` seconds, or more staged than ``_MAX_STAGED`` bytes, stop the sink:
 the tracer reports it once and counts what it held as lost.
 
-Every one of those times is on the sink's ``deadline_clock`` (``Sink.deadline_clock``, the
-tracer's ``deadline_clock``): ``rotate_s``, ``upload_s``, ``retry_s``, the
-backoff, each call's ``timeout_s`` and a call's share of it. A call given up
-at its ``timeout_s`` is given up within ``WAIT_SLICE_S`` of the clock passing
-it.
+Every one of those times is on ``Sink.deadline_clock`` (the tracer's):
+``rotate_s``, ``upload_s``, ``retry_s``, the backoff, each call's
+``timeout_s`` and a call's share of it. A call given up at its ``timeout_s``
+is given up within ``WAIT_SLICE_S`` of the clock passing it. Two waits stay
+in real time: the client's own connect and read timeouts (from
+``timeout_s``, a backstop), and a call through a filesystem that is not
+asynchronous, which cannot be cut.
 
 The filesystem is fsspec's for the scheme, configured as its users already
 configure it: the standard variables (``AWS_ENDPOINT_URL``,

@@ -93,8 +93,8 @@ class OtlpHttpSink(Sink):
     A request the collector answered with a 2xx status is never sent again:
     an answer then cut fails the write. Any other answer, a budget spent, or
     a partial success that rejected records raises ``OtlpExportError``.
-    The deadline and the backoff are on the sink's ``deadline_clock`` (the tracer's
-    ``deadline_clock``): a request is cut, and a backoff ends, within
+    The deadline and the backoff are on ``Sink.deadline_clock`` (the
+    tracer's): a request is cut, and a backoff ends, within
     ``WAIT_SLICE_S`` of the clock passing them. Each try's socket waits at
     most what is left of the budget, in real time.
 

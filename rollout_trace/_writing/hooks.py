@@ -148,7 +148,8 @@ def _close_timeout(tracer: Any) -> float:
 
 
 def close_all() -> None:
-    """Close every open run, each within its own ``close_timeout``.
+    """Close every open run, each within its close's own deadline (``close_timeout``,
+    or the timeout a close already under way was begun with).
 
     Every close is begun before any is waited for, so N tracers share their
     deadlines rather than adding them up. A close that another thread has
@@ -170,9 +171,16 @@ _real_time = time.monotonic  # (a test's to replace)
 
 
 def _time_left(tracer: Any, mark: Any) -> float:
-    """Seconds until the close's deadline (its own: one begun with a longer timeout keeps it)."""
+    """Seconds until the close's deadline (its own: one begun with a longer
+    timeout keeps it). On a deadline clock of its own (a test's), which may
+    stand still, at most ``close_timeout`` too: a sink that hangs is given up
+    by that clock alone."""
     try:
-        return float(mark.deadline - tracer._config.deadline_clock())
+        config = tracer._config
+        left = float(mark.deadline - config.deadline_clock())
+        if config.deadline_clock is not time.monotonic:
+            left = min(left, float(config.close_timeout))
+        return left
     except Exception:  # not a tracer of ours: its own deadline holds
         return math.inf
 

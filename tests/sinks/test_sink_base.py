@@ -8,7 +8,6 @@ tracer sets to its ``deadline_clock``; ``wait_until`` waits on it, so a test's
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from importlib.metadata import EntryPoint
 
 import pytest
@@ -39,9 +38,6 @@ def test_wait_until_ends_when_its_event_is_set_or_its_deadline_has_passed() -> N
 
 class _Stamping(MemorySink):
     """A sink of its own with an attribute named ``clock`` (read-only)."""
-
-    def __init__(self, location: str, options: Mapping[str, str]) -> None:
-        super().__init__(location, options)
 
     @property
     def clock(self) -> str:

@@ -1133,11 +1133,18 @@ def test_the_exit_hook_gives_a_hung_run_up_in_real_time_whatever_the_deadline_cl
 
 class _Closing:
     """A tracer as the exit hook sees it: a close begun with ``left`` seconds to its
-    deadline (on its own clock, standing at 0), whose wait takes all it is given."""
+    deadline on ``clock`` (a test's, standing at 0, unless given), whose wait
+    takes all it is given."""
 
-    def __init__(self, left: float, close_timeout: float, now: list[float]) -> None:
-        self._config = SimpleNamespace(close_timeout=close_timeout, deadline_clock=lambda: 0.0)
-        self.left, self.now = left, now
+    def __init__(
+        self,
+        left: float,
+        close_timeout: float,
+        now: list[float],
+        clock: Any = lambda: 0.0,
+    ) -> None:
+        self._config = SimpleNamespace(close_timeout=close_timeout, deadline_clock=clock)
+        self.left, self.now = clock() + left, now
         self.given: float | None = None
 
     def begin_close(self, timeout: float | None = None) -> Any:
@@ -1148,15 +1155,28 @@ class _Closing:
         self.now[0] += real_s  # waited all of it: the sink hangs
 
 
-def test_the_exit_hook_gives_every_close_its_own_deadline_counted_from_one_start(
+def test_the_exit_hook_keeps_a_close_begun_with_a_longer_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # On the real clock, a close the program began with close(timeout=30)
+    # keeps its 30 s, whatever close_timeout says.
     now = [100.0]
     monkeypatch.setattr(hooks, "_real_time", lambda: now[0])
-    # A close the program began with close(timeout=30) keeps its 30 s, whatever
-    # close_timeout says; the others end where their deadlines are from the start,
-    # not after the closes before them.
-    closing = [_Closing(30.0, 1.0, now), _Closing(1.5, 1.5, now), _Closing(31.0, 1.0, now)]
+    closing = _Closing(30.0, 1.0, now, time.monotonic)
+    monkeypatch.setattr(hooks, "_tracked", lambda: [(closing, 0)])
+    hooks.close_all()
+    assert closing.given == pytest.approx(30.0, abs=1.0)
+
+
+def test_the_exit_hook_ends_closes_on_a_test_clock_from_one_start_within_close_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On a clock that may stand still, each close ends by its deadline or its
+    # close_timeout of real time, whichever is first, counted from one start
+    # for all: not after the closes before it.
+    now = [100.0]
+    monkeypatch.setattr(hooks, "_real_time", lambda: now[0])
+    closing = [_Closing(30.0, 1.0, now), _Closing(1.5, 2.0, now), _Closing(3.0, 4.0, now)]
     monkeypatch.setattr(hooks, "_tracked", lambda: [(t, 0) for t in closing])
     hooks.close_all()
-    assert [t.given for t in closing] == [30.0, 0.0, 1.0]
+    assert [t.given for t in closing] == [1.0, 0.5, 1.5]
