@@ -30,12 +30,13 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress
 
 import msgspec
 
 from .._timeline.lineage import Lineage, TrainedStep, TriesState, lag_of, quantile, tries_pass
 from .._timeline.marks import STEP, WEIGHTS
-from .._timeline.model import OUTCOMES, RunLine, Timeline
+from .._timeline.model import OUTCOMES, RunLine, Timeline, TryColumns
 
 __all__ = [
     "DEFAULT_STALL_AFTER",
@@ -237,7 +238,7 @@ def report_of(
 def _lags(step: TrainedStep) -> tuple[list[float], int]:
     """The lags of the tries a step trained, and how many are unknown."""
     known, unknown = [], 0
-    for _, v in step.tries:
+    for _, _, v in step.tries:
         lag = lag_of(step.weight_version, v)
         if lag is None:
             unknown += 1
@@ -263,7 +264,7 @@ def _run_report(
     values: _RunValues,
     stall_after: float,
 ) -> RunHealth:
-    outcomes = Counter(a.outcome for a in run.attempts)
+    outcomes = Counter(run.tries.outcome)
     per_step = values.steps
     overall = spread(v for _, known, _ in per_step for v in known)
     return RunHealth(
@@ -316,7 +317,9 @@ def _gaps(times: Iterable[float]) -> list[float]:
 
 def _durations(run: RunLine) -> Iterable[float]:
     """Start to end of every attempt started in the run that ended in it."""
-    return (a.end - a.start for a in run.attempts if a.started and a.end_seq >= 0)
+    t = run.tries
+    ended = map(operator.ge, t.end_seq, itertools.repeat(0))
+    return compress(map(operator.sub, t.end, t.start), map(operator.and_, t.started, ended))
 
 
 def stall_kind(open_s: float, at_clean_close: bool, stall_after: float) -> str | None:
@@ -332,21 +335,20 @@ def stall_kind(open_s: float, at_clean_close: bool, stall_after: float) -> str |
 
 def stalls_of(run: RunLine, stall_after: float) -> list[Stall]:
     found = []
-    for a in run.attempts:
-        if not a.open:
-            continue
-        open_s = run.last_time - a.start
-        kind = stall_kind(open_s, run.closed and a.fate is None, stall_after)
+    t = run.tries
+    for i in open_tries(t):
+        open_s = run.last_time - t.start[i]
+        kind = stall_kind(open_s, run.closed and t.fate[i] is None, stall_after)
         if kind is None:
             continue
         found.append(
             Stall(
                 kind=kind,
-                prompt_id=a.prompt_id,
-                generation_index=a.generation_index,
-                attempt=a.attempt,
-                group_id=a.group_id,
-                started_at=a.start,
+                prompt_id=t.prompt_id[i],
+                generation_index=t.generation_index[i],
+                attempt=t.attempt[i],
+                group_id=t.group_id[i],
+                started_at=t.start[i],
                 open_s=open_s,
             )
         )
@@ -354,10 +356,22 @@ def stalls_of(run: RunLine, stall_after: float) -> list[Stall]:
     return found
 
 
+def open_tries(t: TryColumns) -> list[int]:
+    """The indices of the tries open at their run's last event (``Attempt.open``)."""
+    ended = map(operator.ge, t.end_seq, itertools.repeat(0))
+    shut = map(operator.or_, ended, t.superseded)
+    return list(compress(range(len(t)), map(operator.and_, t.started, map(operator.not_, shut))))
+
+
+def seal_times(run: RunLine) -> list[float]:
+    """When each sealed try of the run ended."""
+    t = run.tries
+    return list(compress(t.end, map(operator.eq, t.outcome, itertools.repeat("sealed"))))
+
+
 def _rate(runs: list[RunLine]) -> Rate:
     """Sealed tries per second over the runs' span, in about ``_BUCKETS`` buckets."""
-    seals = [a.end for run in runs for a in run.attempts if a.outcome == "sealed"]
-    seals = list(filter(math.isfinite, seals))
+    seals = list(filter(math.isfinite, itertools.chain.from_iterable(map(seal_times, runs))))
     times = [t for run in runs for t in (run.first_time, run.last_time) if math.isfinite(t)]
     finite = times + seals
     if not finite:

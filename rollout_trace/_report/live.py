@@ -44,8 +44,8 @@ from .._reading.gunzip import MAGIC, Cut, Members
 from .._reading.paths import expand_paths
 from .._reading.reader import LineDecoder, ReadProblem, block_decoder, is_gzip
 from .._reading.stores import NothingThere, is_url, open_url, url_key
-from .._timeline.model import Attempt, run_line
-from .health import Stall, stalls_of
+from .._timeline.model import TryColumns, run_line
+from .health import Stall, open_tries, seal_times, stalls_of
 
 __all__ = ["Follower", "LiveRun", "LiveStall", "LiveView", "RATE_WINDOW_S"]
 
@@ -325,7 +325,8 @@ def _same_fates(a: dict[int, Fate], b: dict[int, Fate]) -> bool:
 def _figures(run: Run, fates: dict[int, Fate], stall_after: float) -> _Figures:
     """One run's figures, from its line as ``timeline_of`` draws it and ``report`` reads it."""
     line = run_line(run, fates)
-    seals = [a.end for a in line.attempts if a.outcome == "sealed"]
+    t = line.tries
+    seals = seal_times(line)
     since = line.last_time - RATE_WINDOW_S
     span = min(RATE_WINDOW_S, max(line.last_time - line.first_time, 1.0))
     return _Figures(
@@ -338,13 +339,13 @@ def _figures(run: Run, fates: dict[int, Fate], stall_after: float) -> _Figures:
         closed=line.closed,
         seals=seals,
         sealed_per_s=sum(1 for t in seals if t > since) / span,
-        open=[(_key(a), a.start) for a in line.attempts if a.open],
+        open=[(_key(t, i), t.start[i]) for i in open_tries(t)],
         stalls=stalls_of(line, stall_after),
     )
 
 
-def _key(a: Attempt) -> tuple[Any, int, int]:
-    return (a.prompt_id, a.generation_index, a.attempt)
+def _key(t: TryColumns, i: int) -> tuple[Any, int, int]:
+    return (t.prompt_id[i], t.generation_index[i], t.attempt[i])
 
 
 class LiveRun:

@@ -83,8 +83,8 @@ def rows_of(tl: Timeline) -> Iterator[AttemptRow]:
     trained: dict[int, int] = {}
     for run in tl.runs:
         for step in lineage.trained(run):
-            for a, _ in step.tries:
-                trained.setdefault(id(a), step.step)
+            for r, i, _ in step.tries:
+                trained.setdefault(id(r.attempts[i]), step.step)
     for number, run in enumerate(tl.runs, 1):
         for a in run.attempts:
             ended = a.end_seq >= 0

@@ -34,15 +34,18 @@ seals (hedged tries) belongs to the sealed use.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
+from itertools import compress
+from operator import itemgetter
 from typing import Any
 
 from .._model.terms import same_use
 from .marks import STEP
-from .model import Attempt, RunLine, Timeline
+from .model import RunLine, Timeline, TryColumns
 
 __all__ = ["Lineage", "TrainedStep", "TriesState", "lag_of", "quantile", "tries_pass"]
 
@@ -57,8 +60,9 @@ class TrainedStep:
     # The version the step is judged against (``_model.stops.step_versions``);
     # None: not known.
     weight_version: int | None
-    # The tries it trained and each one's dispatch version (None: unknown).
-    tries: list[tuple[Attempt, int | None]]
+    # The tries it trained, each as (its run, its index there, its dispatch
+    # version; None: unknown).
+    tries: list[tuple[RunLine, int, int | None]]
     missing_groups: int  # groups named with no sealed try in the chain
 
 
@@ -75,7 +79,8 @@ class Lineage:
             if a is not None and b is not None and a is not b:
                 self.before.setdefault(b.run_id, a)
                 self.after.setdefault(a.run_id, b)
-        self._seals: dict[str, dict[str, dict[Sibling, Attempt]]] = {}
+        # Run id -> group id -> sibling -> its latest sealed try there.
+        self._seals: dict[str, dict[str, dict[Sibling, int]]] = {}
         self._versions: dict[str, dict[tuple[int | str, int, int], int]] = {}
 
     def chain(self, run: RunLine) -> list[RunLine]:
@@ -86,31 +91,34 @@ class Lineage:
             out.append(prev)
         return out
 
-    def _seals_of(self, run: RunLine) -> dict[str, dict[Sibling, Attempt]]:
+    def _seals_of(self, run: RunLine) -> dict[str, dict[Sibling, int]]:
         """Group id -> sibling -> its latest sealed try in ``run``."""
         held = self._seals.get(run.run_id)
         if held is None:
             held = self._seals[run.run_id] = {}
-            for a in run.attempts:
-                if a.outcome == "sealed":
-                    group = held.setdefault(a.group_id, {})
-                    key = (a.prompt_id, a.generation_index)
-                    old = group.get(key)
-                    if old is None or a.end_seq > old.end_seq:
-                        group[key] = a
+            t = run.tries
+            p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
+            for i in _sealed(t):
+                group = held.setdefault(gid[i], {})
+                key = (p[i], g[i])
+                old = group.get(key)
+                if old is None or end_seq[i] > end_seq[old]:
+                    group[key] = i
         return held
 
-    def _version(self, chain: list[RunLine], a: Attempt) -> int | None:
-        if a.weight_version is not None:
-            return a.weight_version
-        key = (a.prompt_id, a.generation_index, a.attempt)
-        for run in chain:
-            versions = self._versions.get(run.run_id)
+    def _version(self, chain: list[RunLine], run: RunLine, i: int) -> int | None:
+        t = run.tries
+        v = t.weight_version[i]
+        if v is not None:
+            return v
+        key = (t.prompt_id[i], t.generation_index[i], t.attempt[i])
+        for r in chain:
+            versions = self._versions.get(r.run_id)
             if versions is None:
-                versions = self._versions[run.run_id] = {
-                    (t.prompt_id, t.generation_index, t.attempt): t.weight_version
-                    for t in run.attempts
-                    if t.weight_version is not None
+                c = r.tries
+                keys = zip(c.prompt_id, c.generation_index, c.attempt, strict=True)
+                versions = self._versions[r.run_id] = {
+                    k: w for k, w in zip(keys, c.weight_version, strict=True) if w is not None
                 }
             v = versions.get(key)
             if v is not None:
@@ -120,32 +128,41 @@ class Lineage:
     def trained(self, run: RunLine) -> list[TrainedStep]:
         """The run's steps in seq order, each with the tries it trained."""
         chain = self.chain(run)
-        own = sorted((a for a in run.attempts if a.outcome == "sealed"), key=lambda a: a.end_seq)
-        latest: dict[str, dict[Sibling, Attempt]] = {}  # the run's own seals so far
+        t = run.tries
+        p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
+        own = sorted(_sealed(t), key=end_seq.__getitem__)
+        latest: dict[str, dict[Sibling, int]] = {}  # the run's own seals so far
         k = 0
         m = run.marks
         versions = run.step_versions
         out = []
-        for i, code in enumerate(m.codes):
+        for at, code in enumerate(m.codes):
             if code == STEP:
-                seq = m.seqs[i]
-                while k < len(own) and own[k].end_seq < seq:
-                    a = own[k]
-                    latest.setdefault(a.group_id, {})[(a.prompt_id, a.generation_index)] = a
+                seq = m.seqs[at]
+                while k < len(own) and end_seq[own[k]] < seq:
+                    i = own[k]
+                    latest.setdefault(gid[i], {})[(p[i], g[i])] = i
                     k += 1
-                named = m.b[i] if isinstance(m.b[i], list) else []
-                tries: list[tuple[Attempt, int | None]] = []
+                named = m.b[at] if isinstance(m.b[at], list) else []
+                tries: list[tuple[RunLine, int, int | None]] = []
                 missing = 0
-                for gid in dict.fromkeys(g for g in named if isinstance(g, str)):
-                    found = dict(latest.get(gid, {}))
+                for group in dict.fromkeys(n for n in named if isinstance(n, str)):
+                    found = {key: (run, i) for key, i in latest.get(group, {}).items()}
                     for r in chain[1:]:  # the latest run first: its seals stand
-                        for key, a in self._seals_of(r).get(gid, {}).items():
-                            found.setdefault(key, a)
+                        for key, i in self._seals_of(r).get(group, {}).items():
+                            found.setdefault(key, (r, i))
                     if not found:
                         missing += 1
-                    tries += [(a, self._version(chain, a)) for a in found.values()]
-                out.append(TrainedStep(m.a[i], m.times[i], seq, versions.get(seq), tries, missing))
+                    tries += [(r, i, self._version(chain, r, i)) for r, i in found.values()]
+                out.append(
+                    TrainedStep(m.a[at], m.times[at], seq, versions.get(seq), tries, missing)
+                )
         return out
+
+
+def _sealed(t: TryColumns) -> list[int]:
+    """The indices of the sealed tries."""
+    return list(compress(range(len(t)), map(operator.eq, t.outcome, itertools.repeat("sealed"))))
 
 
 def lag_of(synced: int | None, dispatched: int | None) -> float | None:
@@ -206,32 +223,34 @@ def tries_pass(
     one closed, each as (the run that sealed it, its bucket). ``kept``: per
     stopped run, the siblings whose seal there its restored state holds
     (``Timeline.kept``). A start comes before a seal of the same seq."""
-    tries = run.attempts
-    starts = [a for a in tries if a.started]
-    seals = [a for a in tries if a.outcome == "sealed"]
+    t = run.tries
+    starts = list(compress(range(len(t)), t.started))
+    seals = _sealed(t)
     both = starts + seals
     # Starts and seals in one order, made in C: seq, then starts first.
-    at = [s * 2 for s in map(_START_SEQ, starts)] + [s * 2 + 1 for s in map(_END_SEQ, seals)]
+    at = [s * 2 for s in map(t.start_seq.__getitem__, starts)]
+    at += [s * 2 + 1 for s in map(t.end_seq.__getitem__, seals)]
     order = sorted(range(len(both)), key=at.__getitem__)
-    keys = list(zip(map(_PROMPT, both), map(_INDEX, both), strict=True))
+    keys = list(zip(t.prompt_id, t.generation_index, strict=True))
+    gid, attempt, turn = t.group_id, t.attempt, t.resumed_turn
     n_starts = len(starts)
     closed: Counter[tuple[str, str]] = Counter()
     count, sealed = state.count, state.sealed
     run_id = run.run_id
     for k in order:
-        a = both[k]
-        key = keys[k]
+        i = both[k]
+        key = keys[i]
         if k < n_starts:
             held = sealed.pop(key, None)
             if held is not None:
-                group, attempt, where = held
+                group, was, where = held
                 held_there = kept.get(where)
                 goes_on = same_use(
                     group,
-                    attempt,
+                    was,
                     where,
-                    a.group_id,
-                    a.attempt,
+                    gid[i],
+                    attempt[i],
                     run_id,
                     held_there is not None and key in held_there,
                 )
@@ -241,14 +260,10 @@ def tries_pass(
             # A resume goes on with a try counted where it began (if that is
             # in the set: else it is the first try seen).
             n = count.get(key, 0)
-            if a.resumed_turn is None or not n:
+            if turn[i] is None or not n:
                 count[key] = n + 1
         else:
             if key not in count:
                 count[key] = 1  # its start is before the trace set: one try at least
-            sealed[key] = (a.group_id, a.attempt, run_id)
+            sealed[key] = (gid[i], attempt[i], run_id)
     return closed
-
-
-_START_SEQ, _END_SEQ = attrgetter("start_seq"), attrgetter("end_seq")
-_PROMPT, _INDEX = attrgetter("prompt_id"), attrgetter("generation_index")

@@ -196,7 +196,8 @@ def _train(
     for step in steps:
         at = us(step.time)
         lags: list[float] = []
-        for a, wv in step.tries:
+        for run, i, wv in step.tries:
+            a = run.attempts[i]
             held = where.get(id(a))
             # A try trained by an earlier step keeps that flow (one bind_id a slice).
             if held is not None and us(a.start) <= at:

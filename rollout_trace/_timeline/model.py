@@ -148,7 +148,8 @@ class RunLine:
     first_time: float
     last_time: float
     closed: bool
-    attempts: list[Attempt] = field(default_factory=list)
+    # Its tries; ``attempts`` makes an ``Attempt`` of each at the first look.
+    tries: TryColumns = field(default_factory=lambda: TryColumns())
     # In seq order, one per seq; a ``Mark`` is made as each is read.
     marks: MarkTable = field(default_factory=MarkTable)
     restores: list[Restore] = field(default_factory=list)
@@ -159,6 +160,14 @@ class RunLine:
     # (``_model.stops.step_versions``; None: not known).
     step_versions: dict[int, int | None] = field(default_factory=dict)
     _lanes: int | None = field(default=None, repr=False, compare=False)
+    _attempts: list[Attempt] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        """Each try as an ``Attempt``, in seq order of its first event."""
+        if self._attempts is None:
+            self._attempts = self.tries.attempts()
+        return self._attempts
 
     @property
     def lanes(self) -> int:
@@ -338,7 +347,7 @@ def run_line(
         closed=False,
         step_versions={} if step_versions is None else step_versions,
     )
-    line.attempts = _attempts(run.tries, last_time, fates)
+    line.tries = _try_columns(run.tries, last_time, fates)
     table = line.marks
     others: list[int] = []
     for i in run.marks:
@@ -389,12 +398,55 @@ def run_line(
     return line
 
 
-def _attempts(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> list[Attempt]:
-    """The run's tries as ``Attempt``s, in the order of their first event's seq.
+@dataclass
+class TryColumns:
+    """A run's tries as columns, one per field of ``Attempt`` but ``lane``, in
+    the order of ``RunLine.attempts`` (which are made from them at the first
+    look): what the report's folds read, with no object per try."""
 
-    Made column by column: a try with no start starts at its end; an open one
-    stops at the run's last event, a superseded one at the start that
-    superseded it."""
+    start: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+    outcome: list[str] = field(default_factory=list)
+    group_id: list[str] = field(default_factory=list)
+    prompt_id: list[int | str] = field(default_factory=list)
+    generation_index: list[int] = field(default_factory=list)
+    attempt: list[int] = field(default_factory=list)
+    weight_version: list[int | None] = field(default_factory=list)
+    resumed_turn: list[int | None] = field(default_factory=list)
+    reason: list[str | None] = field(default_factory=list)
+    started: list[bool] = field(default_factory=list)
+    fate: list[str | None] = field(default_factory=list)
+    stop: list[int] = field(default_factory=list)
+    lost_from: list[float] = field(default_factory=list)
+    lost_s: list[float | None] = field(default_factory=list)
+    start_seq: list[int] = field(default_factory=list)
+    end_seq: list[int] = field(default_factory=list)
+    superseded: list[bool] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def is_open(self, i: int) -> bool:
+        """``Attempt.open`` of try ``i``."""
+        return self.started[i] and self.end_seq[i] < 0 and not self.superseded[i]
+
+    def attempts(self) -> list[Attempt]:
+        before_lane = [getattr(self, f) for f in _BEFORE_LANE]
+        after_lane = [getattr(self, f) for f in _AFTER_LANE]
+        return list(map(Attempt, *before_lane, itertools.repeat(0), *after_lane))
+
+
+# ``Attempt``'s fields in its order, ``lane`` (0 until drawn) between the two.
+_FIELDS = list(TryColumns.__dataclass_fields__)
+_LANE_AT = list(Attempt.__dataclass_fields__).index("lane")
+_BEFORE_LANE, _AFTER_LANE = _FIELDS[:_LANE_AT], _FIELDS[_LANE_AT:]
+
+
+def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryColumns:
+    """The run's tries as ``TryColumns``, in the order of their first event's seq.
+
+    A try with no start starts at its end; an open one stops at the run's
+    last event, a superseded one at the start that superseded it."""
     n = len(t)
     started = t.start_kind.translate(_NONZERO)
     start = list(map(tuple.__getitem__, zip(t.end_time, t.start_time, strict=True), started))
@@ -409,35 +461,45 @@ def _attempts(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> list[Att
     lost_s: list[float | None] = [None] * n
     for i, given in fates.items():
         fate[i], stop_no[i], lost_from[i], lost_s[i] = given
-    attempts = list(
-        map(
-            Attempt,
-            start,
-            stop,
-            t.outcomes,
-            t.group_id,
-            t.prompt_id,
-            t.generation_index,
-            t.attempt,
-            t.weight_version,
-            t.turn,
-            t.reason,
-            map(bool, started),
-            fate,
-            stop_no,
-            lost_from,
-            lost_s,
-            itertools.repeat(0),
-            t.start_seq,
-            t.end_seq,
-            map(operator.eq, t.end_kind, itertools.repeat(_SUPERSEDED)),
-        )
+    cols = TryColumns(
+        start,
+        stop,
+        list(t.outcomes),
+        list(t.group_id),
+        list(t.prompt_id),
+        list(t.generation_index),
+        list(t.attempt),
+        list(t.weight_version),
+        list(t.turn),
+        list(t.reason),
+        list(map(bool, started)),
+        fate,
+        stop_no,
+        lost_from,
+        lost_s,
+        list(t.start_seq),
+        list(t.end_seq),
+        list(map(operator.eq, t.end_kind, itertools.repeat(_SUPERSEDED))),
     )
     # First-event seqs strictly rising (the usual case) need no sort.
     first = list(map(tuple.__getitem__, zip(t.end_seq, t.start_seq, strict=True), started))
     if not all(map(operator.lt, first, itertools.islice(first, 1, None))):
-        _sort_attempts(attempts)
-    return attempts
+        _sort_columns(cols, first)
+    return cols
+
+
+def _sort_columns(cols: TryColumns, first: list[int]) -> None:
+    """By the seq of each one's first event; ties (lines that share a seq) by their ids."""
+    order = sorted(range(len(first)), key=first.__getitem__)
+    if any(first[a] == first[b] for a, b in itertools.pairwise(order)):
+        p, g, a = cols.prompt_id, cols.generation_index, cols.attempt
+        order = sorted(
+            range(len(first)),
+            key=lambda i: (first[i], type(p[i]).__name__, str(p[i]), g[i], a[i]),
+        )
+    for name in _FIELDS:
+        column = getattr(cols, name)
+        setattr(cols, name, list(map(column.__getitem__, order)))
 
 
 _NONZERO = bytes([0] + [1] * 255)
@@ -457,18 +519,3 @@ def _other_mark(e: Any, t: float, seq: int) -> Mark:
 def _other_rank(m: Mark) -> tuple[str, bool, float, str]:
     t = m.time
     return (m.name, t != t, t if t == t else 0.0, repr(m.values))
-
-
-def _sort_attempts(attempts: list[Attempt]) -> None:
-    """By the seq of each one's first event; ties (lines that share a seq) by their ids."""
-    attempts.sort(key=attrgetter("seq"))
-    if any(a.seq == b.seq for a, b in itertools.pairwise(attempts)):
-        attempts.sort(
-            key=lambda a: (
-                a.seq,
-                type(a.prompt_id).__name__,
-                str(a.prompt_id),
-                a.generation_index,
-                a.attempt,
-            )
-        )
