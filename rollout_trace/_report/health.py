@@ -36,7 +36,7 @@ import msgspec
 
 from .._timeline.lineage import Lineage, TrainedStep, TriesState, lag_of, quantile, tries_pass
 from .._timeline.marks import STEP, WEIGHTS
-from .._timeline.model import OUTCOMES, RunLine, Timeline, TryColumns
+from .._timeline.model import OUTCOMES, RunLine, Timeline
 
 __all__ = [
     "DEFAULT_STALL_AFTER",
@@ -336,7 +336,7 @@ def stall_kind(open_s: float, at_clean_close: bool, stall_after: float) -> str |
 def stalls_of(run: RunLine, stall_after: float) -> list[Stall]:
     found = []
     t = run.tries
-    for i in open_tries(t):
+    for i in t.open_indices():
         open_s = run.last_time - t.start[i]
         kind = stall_kind(open_s, run.closed and t.fate[i] is None, stall_after)
         if kind is None:
@@ -356,17 +356,9 @@ def stalls_of(run: RunLine, stall_after: float) -> list[Stall]:
     return found
 
 
-def open_tries(t: TryColumns) -> list[int]:
-    """The indices of the tries open at their run's last event (``Attempt.open``)."""
-    ended = map(operator.ge, t.end_seq, itertools.repeat(0))
-    shut = map(operator.or_, ended, t.superseded)
-    return list(compress(range(len(t)), map(operator.and_, t.started, map(operator.not_, shut))))
-
-
 def seal_times(run: RunLine) -> list[float]:
     """When each sealed try of the run ended."""
-    t = run.tries
-    return list(compress(t.end, map(operator.eq, t.outcome, itertools.repeat("sealed"))))
+    return list(map(run.tries.end.__getitem__, run.tries.sealed_indices()))
 
 
 def _rate(runs: list[RunLine]) -> Rate:

@@ -45,7 +45,7 @@ from .._reading.paths import expand_paths
 from .._reading.reader import LineDecoder, ReadProblem, block_decoder, is_gzip
 from .._reading.stores import NothingThere, is_url, open_url, url_key
 from .._timeline.model import TryColumns, run_line
-from .health import Stall, open_tries, seal_times, stalls_of
+from .health import Stall, seal_times, stalls_of
 
 __all__ = ["Follower", "LiveRun", "LiveStall", "LiveView", "RATE_WINDOW_S"]
 
@@ -339,7 +339,7 @@ def _figures(run: Run, fates: dict[int, Fate], stall_after: float) -> _Figures:
         closed=line.closed,
         seals=seals,
         sealed_per_s=sum(1 for t in seals if t > since) / span,
-        open=[(_key(t, i), t.start[i]) for i in open_tries(t)],
+        open=[(_key(t, i), t.start[i]) for i in t.open_indices()],
         stalls=stalls_of(line, stall_after),
     )
 

@@ -34,9 +34,7 @@ seals (hedged tries) belongs to the sealed use.
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
@@ -45,7 +43,7 @@ from typing import Any
 
 from .._model.terms import same_use
 from .marks import STEP
-from .model import RunLine, Timeline, TryColumns
+from .model import RunLine, Timeline
 
 __all__ = ["Lineage", "TrainedStep", "TriesState", "lag_of", "quantile", "tries_pass"]
 
@@ -98,7 +96,7 @@ class Lineage:
             held = self._seals[run.run_id] = {}
             t = run.tries
             p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
-            for i in _sealed(t):
+            for i in t.sealed_indices():
                 group = held.setdefault(gid[i], {})
                 key = (p[i], g[i])
                 old = group.get(key)
@@ -130,7 +128,7 @@ class Lineage:
         chain = self.chain(run)
         t = run.tries
         p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
-        own = sorted(_sealed(t), key=end_seq.__getitem__)
+        own = sorted(t.sealed_indices(), key=end_seq.__getitem__)
         latest: dict[str, dict[Sibling, int]] = {}  # the run's own seals so far
         k = 0
         m = run.marks
@@ -158,11 +156,6 @@ class Lineage:
                     TrainedStep(m.a[at], m.times[at], seq, versions.get(seq), tries, missing)
                 )
         return out
-
-
-def _sealed(t: TryColumns) -> list[int]:
-    """The indices of the sealed tries."""
-    return list(compress(range(len(t)), map(operator.eq, t.outcome, itertools.repeat("sealed"))))
 
 
 def lag_of(synced: int | None, dispatched: int | None) -> float | None:
@@ -225,7 +218,7 @@ def tries_pass(
     (``Timeline.kept``). A start comes before a seal of the same seq."""
     t = run.tries
     starts = list(compress(range(len(t)), t.started))
-    seals = _sealed(t)
+    seals = t.sealed_indices()
     both = starts + seals
     # Starts and seals in one order, made in C: seq, then starts first.
     at = [s * 2 for s in map(t.start_seq.__getitem__, starts)]

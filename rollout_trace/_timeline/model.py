@@ -426,9 +426,15 @@ class TryColumns:
     def __len__(self) -> int:
         return len(self.start)
 
-    def is_open(self, i: int) -> bool:
-        """``Attempt.open`` of try ``i``."""
-        return self.started[i] and self.end_seq[i] < 0 and not self.superseded[i]
+    def open_indices(self) -> list[int]:
+        """The tries open at their run's last event (``Attempt.open``)."""
+        shut = map(operator.or_, map(operator.ge, self.end_seq, _ZEROS), self.superseded)
+        is_open = map(operator.and_, self.started, map(operator.not_, shut))
+        return list(compress(range(len(self)), is_open))
+
+    def sealed_indices(self) -> list[int]:
+        """The sealed tries."""
+        return list(compress(range(len(self)), map(operator.eq, self.outcome, _SEALED)))
 
     def attempts(self) -> list[Attempt]:
         before_lane = [getattr(self, f) for f in _BEFORE_LANE]
@@ -503,6 +509,7 @@ def _sort_columns(cols: TryColumns, first: list[int]) -> None:
 
 
 _NONZERO = bytes([0] + [1] * 255)
+_ZEROS, _SEALED = itertools.repeat(0), itertools.repeat("sealed")
 _IS_OPEN = bytes(1 if k == _OPEN else 0 for k in range(256))
 
 
