@@ -38,8 +38,13 @@ judged against (the staleness of ``report`` and the ``steps`` table).
 from __future__ import annotations
 
 import bisect
+import functools
+import itertools
 import math
+import operator
+from array import array
 from collections.abc import Iterator
+from itertools import compress
 from typing import Any, NamedTuple
 
 import msgspec
@@ -340,55 +345,56 @@ def _higher(a: int | None, b: int | None) -> int | None:
     return a if b is None or a >= b else b
 
 
+def _top(start: int | None, versions: list[int | None]) -> int | None:
+    """The highest of ``start`` and ``versions`` (None: not known), as ``_higher`` folds them."""
+    known: Iterator[int] = filter(_KNOWN, versions)  # type: ignore[arg-type]
+    return _higher(start, max(known, default=None))
+
+
+_KNOWN = functools.partial(operator.is_not, None)
+
+
 def _restored_version(a: RunEvents, start: int | None, c: float) -> int | None:
     """The version of the state captured at ``c`` in run ``a`` (that started with
     ``start``): A's latest ``weights_synced`` (by seq) at or before C, else the
     highest of ``start`` and the versions A dispatched at or before C."""
-    synced: int | None = None
-    have_sync = False
-    top = start
-    kinds, times = a.kind, a.time
-    at = a.where(WEIGHTS, DISPATCHED)
-    for i, version in zip(at, a.events.values("weight_version", at), strict=True):
-        if not times[i] <= c:
-            continue
-        if kinds[i] == WEIGHTS:
-            synced, have_sync = version, True
-        else:
-            top = _higher(top, version)
-    return synced if have_sync else top
+    synced = _before(a, a.where(WEIGHTS), c)
+    if synced:
+        version: int | None = a.events.values("weight_version", synced[-1:])[0]
+        return version
+    return _top(start, a.events.values("weight_version", _before(a, a.where(DISPATCHED), c)))
+
+
+def _before(a: RunEvents, at: list[int], c: float) -> list[int]:
+    """The events of ``at`` whose time is at or before ``c``."""
+    return list(compress(at, map(operator.le, map(a.time.__getitem__, at), itertools.repeat(c))))
 
 
 def _versions_of_steps(ev: RunEvents, start: int | None) -> dict[int, int | None]:
-    """Step seq -> the version it is judged against (see ``step_versions``)."""
+    """Step seq -> the version it is judged against (see ``step_versions``): a step
+    sees the events of lower seqs only (lines of one seq that differ do not see
+    each other)."""
+    steps = ev.where(STEP)
+    if not steps:
+        return {}
+    seqs = ev.seq
+    syncs, sends = ev.where(WEIGHTS), ev.where(DISPATCHED)
+    sync_seq = array("q", map(seqs.__getitem__, syncs))
+    send_seq = array("q", map(seqs.__getitem__, sends))
+    synced = ev.events.values("weight_version", syncs)
+    sent = ev.events.values("weight_version", sends)
     out: dict[int, int | None] = {}
-    synced: int | None = None
-    have_sync = False
-    top = start
-    # What the events of the current seq say, taken in once a higher seq comes:
-    # lines of one seq that differ (versions) do not see each other.
-    seen_sync: int | None = None
-    seen_any_sync = False
-    seen_top: int | None = None
-    current = -1
-    kinds, seqs = ev.kind, ev.seq
-    at = ev.where(STEP, WEIGHTS, DISPATCHED)
-    versions = ev.events.values("weight_version", ev.where(WEIGHTS, DISPATCHED))[::-1]
-    for i in at:
+    top, seen = start, 0
+    for i in steps:
         seq = seqs[i]
-        if seq != current:
-            if seen_any_sync:
-                synced, have_sync = seen_sync, True
-            top = _higher(top, seen_top)
-            seen_sync, seen_any_sync, seen_top = None, False, None
-            current = seq
-        kind = kinds[i]
-        if kind == STEP:
-            out[seq] = synced if have_sync else top
-        elif kind == WEIGHTS:
-            seen_sync, seen_any_sync = versions.pop(), True
-        else:
-            seen_top = _higher(seen_top, versions.pop())
+        k = bisect.bisect_left(sync_seq, seq)
+        if k:
+            out[seq] = synced[k - 1]
+            continue
+        j = bisect.bisect_left(send_seq, seq)
+        if j > seen:
+            top, seen = _top(top, sent[seen:j]), j
+        out[seq] = top
     return out
 
 

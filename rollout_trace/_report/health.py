@@ -264,7 +264,7 @@ def _run_report(
     values: _RunValues,
     stall_after: float,
 ) -> RunHealth:
-    outcomes = Counter(run.tries.outcome)
+    outcome = run.tries.outcome
     per_step = values.steps
     overall = spread(v for _, known, _ in per_step for v in known)
     return RunHealth(
@@ -275,7 +275,7 @@ def _run_report(
         last_time=run.last_time,
         closed=run.closed,
         stopped=run.run_id in lineage.after,
-        attempts={k: outcomes.get(k, 0) for k in OUTCOMES},
+        attempts={k: outcome.count(k) for k in OUTCOMES},
         tries={k: tries.get(k, 0) for k in TRIES_COLUMNS},
         duration_s=spread(values.durations),
         stalls=stalls_of(run, stall_after),

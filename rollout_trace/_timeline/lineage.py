@@ -35,6 +35,7 @@ seals (hedged tries) belongs to the sealed use.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
@@ -128,24 +129,24 @@ class Lineage:
         chain = self.chain(run)
         t = run.tries
         p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
-        own = sorted(t.sealed_indices(), key=end_seq.__getitem__)
-        latest: dict[str, dict[Sibling, int]] = {}  # the run's own seals so far
-        k = 0
+        # Group id -> its seals in the run, by end seq: a step takes those below its seq.
+        own: dict[str, list[int]] = {}
+        for i in sorted(t.sealed_indices(), key=end_seq.__getitem__):
+            own.setdefault(gid[i], []).append(i)
         m = run.marks
         versions = run.step_versions
         out = []
         for at, code in enumerate(m.codes):
             if code == STEP:
                 seq = m.seqs[at]
-                while k < len(own) and end_seq[own[k]] < seq:
-                    i = own[k]
-                    latest.setdefault(gid[i], {})[(p[i], g[i])] = i
-                    k += 1
                 named = m.b[at] if isinstance(m.b[at], list) else []
                 tries: list[tuple[RunLine, int, int | None]] = []
                 missing = 0
                 for group in dict.fromkeys(n for n in named if isinstance(n, str)):
-                    found = {key: (run, i) for key, i in latest.get(group, {}).items()}
+                    seals = own.get(group, [])
+                    seals = seals[: bisect_left(seals, seq, key=end_seq.__getitem__)]
+                    # The latest seal of each sibling stands.
+                    found = {(p[i], g[i]): (run, i) for i in seals}
                     for r in chain[1:]:  # the latest run first: its seals stand
                         for key, i in self._seals_of(r).get(group, {}).items():
                             found.setdefault(key, (r, i))
@@ -196,7 +197,8 @@ class TriesState:
 
     def unsealed(self) -> int:
         """Siblings with tries and no seal since: their use is open."""
-        return len(self.count.keys() - self.sealed.keys())
+        # Every sealed sibling is counted (``tries_pass`` counts a seal's sibling).
+        return len(self.count) - len(self.sealed)
 
 
 _BUCKETS = {0: "1", 1: "1", 2: "2"}

@@ -29,7 +29,8 @@ import heapq
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
@@ -402,26 +403,27 @@ def run_line(
 class TryColumns:
     """A run's tries as columns, one per field of ``Attempt`` but ``lane``, in
     the order of ``RunLine.attempts`` (which are made from them at the first
-    look): what the report's folds read, with no object per try."""
+    look): what the report's folds read, with no object per try. Columns are
+    read-only: most are the model's own (``Tries``), shared."""
 
-    start: list[float] = field(default_factory=list)
-    end: list[float] = field(default_factory=list)
-    outcome: list[str] = field(default_factory=list)
-    group_id: list[str] = field(default_factory=list)
-    prompt_id: list[int | str] = field(default_factory=list)
-    generation_index: list[int] = field(default_factory=list)
-    attempt: list[int] = field(default_factory=list)
-    weight_version: list[int | None] = field(default_factory=list)
-    resumed_turn: list[int | None] = field(default_factory=list)
-    reason: list[str | None] = field(default_factory=list)
-    started: list[bool] = field(default_factory=list)
-    fate: list[str | None] = field(default_factory=list)
-    stop: list[int] = field(default_factory=list)
-    lost_from: list[float] = field(default_factory=list)
-    lost_s: list[float | None] = field(default_factory=list)
-    start_seq: list[int] = field(default_factory=list)
-    end_seq: list[int] = field(default_factory=list)
-    superseded: list[bool] = field(default_factory=list)
+    start: Sequence[float] = field(default_factory=list)
+    end: Sequence[float] = field(default_factory=list)
+    outcome: Sequence[str] = field(default_factory=list)
+    group_id: Sequence[str] = field(default_factory=list)
+    prompt_id: Sequence[int | str] = field(default_factory=list)
+    generation_index: Sequence[int] = field(default_factory=list)
+    attempt: Sequence[int] = field(default_factory=list)
+    weight_version: Sequence[int | None] = field(default_factory=list)
+    resumed_turn: Sequence[int | None] = field(default_factory=list)
+    reason: Sequence[str | None] = field(default_factory=list)
+    started: Sequence[bool] = field(default_factory=list)
+    fate: Sequence[str | None] = field(default_factory=list)
+    stop: Sequence[int] = field(default_factory=list)
+    lost_from: Sequence[float] = field(default_factory=list)
+    lost_s: Sequence[float | None] = field(default_factory=list)
+    start_seq: Sequence[int] = field(default_factory=list)
+    end_seq: Sequence[int] = field(default_factory=list)
+    superseded: Sequence[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -455,8 +457,8 @@ def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryCo
     last event, a superseded one at the start that superseded it."""
     n = len(t)
     started = t.start_kind.translate(_NONZERO)
-    start = list(map(tuple.__getitem__, zip(t.end_time, t.start_time, strict=True), started))
-    stop = list(t.end_time)
+    start = array("d", map(tuple.__getitem__, zip(t.end_time, t.start_time, strict=True), started))
+    stop = array("d", t.end_time)
     for i in compress(range(n), t.end_kind.translate(_IS_OPEN)):
         stop[i] = max(last_time, start[i])
     for i, at in t.superseded_at.items():
@@ -470,21 +472,21 @@ def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryCo
     cols = TryColumns(
         start,
         stop,
-        list(t.outcomes),
-        list(t.group_id),
-        list(t.prompt_id),
-        list(t.generation_index),
-        list(t.attempt),
-        list(t.weight_version),
-        list(t.turn),
-        list(t.reason),
+        t.outcomes,
+        t.group_id,
+        t.prompt_id,
+        t.generation_index,
+        t.attempt,
+        t.weight_version,
+        t.turn,
+        t.reason,
         list(map(bool, started)),
         fate,
         stop_no,
         lost_from,
         lost_s,
-        list(t.start_seq),
-        list(t.end_seq),
+        t.start_seq,
+        t.end_seq,
         list(map(operator.eq, t.end_kind, itertools.repeat(_SUPERSEDED))),
     )
     # First-event seqs strictly rising (the usual case) need no sort.
