@@ -217,6 +217,13 @@ class Columns(Sequence[Any]):
     def __iter__(self) -> Iterator[Any]:
         return map(self.__getitem__, range(len(self)))
 
+    def at(self, indices: Sequence[int]) -> list[Any]:
+        """``[self[i] for i in indices]``, taken in C when all are held (marks are)."""
+        held, before = self.place()
+        if all(map(held.__getitem__, indices)):
+            return list(map(self.objs.__getitem__, map(before.__getitem__, indices)))
+        return list(map(self.__getitem__, indices))
+
     def add(self, events: Sequence[Any], *, decoded: bool, names: dict[str, str]) -> None:
         """Append events of this run. ``decoded``: read by the reader, so of the
         schema's types (events built in Python are held as they are); ``names``

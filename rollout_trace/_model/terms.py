@@ -63,6 +63,7 @@ __all__ = [
     "KIND",
     "OTHER",
     "OUTCOMES",
+    "PLAIN_OUTCOME",
     "REFUSED",
     "RESTORE_FINISHED",
     "RESTORE_STARTED",
@@ -180,7 +181,7 @@ def is_sealed(end: EndKind) -> bool:
 
 
 # The outcome of every end but an abandon's, which its reason tells.
-_PLAIN_OUTCOME = {
+PLAIN_OUTCOME = {
     int(EndKind.OPEN): "unended",
     int(EndKind.SEALED): "sealed",
     int(EndKind.REFUSED): "refused",
@@ -191,7 +192,7 @@ _PLAIN_OUTCOME = {
 def outcome_of(end: int, reason: str | None) -> str:
     """The tables' outcome of a try that ended as ``end`` (an ``EndKind``;
     ``reason``: an abandon's)."""
-    plain = _PLAIN_OUTCOME.get(end)
+    plain = PLAIN_OUTCOME.get(end)
     if plain is not None:
         return plain
     if reason == "restart":

@@ -32,6 +32,7 @@ from .runs import AttemptTable, RunEvents
 from .terms import (
     DISPATCHED,
     END_OF_KIND,
+    PLAIN_OUTCOME,
     RESTORE_FINISHED,
     RESTORE_STARTED,
     RESUMED,
@@ -90,7 +91,11 @@ class Tries:
     @functools.cached_property
     def outcomes(self) -> list[str]:
         """Each try's outcome (``terms.outcome_of``)."""
-        return list(map(outcome_of, self.end_kind, self.reason))
+        # Abandons (their reason tells) one by one, the rest in C.
+        out: list[Any] = list(map(PLAIN_OUTCOME.get, self.end_kind))
+        for i in compress(range(len(out)), map(operator.is_, out, _NONE)):
+            out[i] = outcome_of(self.end_kind[i], self.reason[i])
+        return out
 
     def sibling(self, i: int) -> SiblingKey:
         return (self.prompt_id[i], self.generation_index[i])

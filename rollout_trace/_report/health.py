@@ -27,6 +27,7 @@ import itertools
 import math
 import operator
 from array import array
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -372,10 +373,14 @@ def _rate(runs: list[RunLine]) -> Rate:
     width: float = next(
         (w for w in _BUCKET_WIDTHS if w * _BUCKETS >= span), math.ceil(span / _BUCKETS) or 1
     )
-    counts = [0] * max(1, math.ceil(span / width))
-    # Seals per bucket counted in C, then each bucket placed (clamped) once.
-    since = map(operator.sub, seals, itertools.repeat(first))
-    at = map(operator.floordiv, since, itertools.repeat(width))
-    for b, n in Counter(map(int, at)).items():
-        counts[min(max(b, 0), len(counts) - 1)] += n
+    n = max(1, math.ceil(span / width))
+    # A seal's bucket is (t - first) // width (clamped to the buckets), which
+    # rises with t: each bucket's first seal is found by bisection.
+    seals.sort()
+
+    def bucket(t: float) -> float:
+        return (t - first) // width
+
+    edges = [bisect_left(seals, float(b), key=bucket) for b in range(1, n)]
+    counts = list(map(operator.sub, [*edges, len(seals)], [0, *edges]))
     return Rate(start=first, bucket_s=float(width), per_s=[c / width for c in counts])

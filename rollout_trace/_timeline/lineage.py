@@ -34,7 +34,9 @@ seals (hedged tries) belongs to the sealed use.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
@@ -193,7 +195,8 @@ class TriesState:
         bucket), as if every sibling's use ended here."""
         count = self.count
         wheres = map(itemgetter(2), self.sealed.values())
-        return Counter(zip(wheres, map(bucket, map(count.__getitem__, self.sealed)), strict=True))
+        buckets = map(_BUCKETS.get, map(count.__getitem__, self.sealed), _MANY)
+        return Counter(zip(wheres, buckets, strict=False))
 
     def unsealed(self) -> int:
         """Siblings with tries and no seal since: their use is open."""
@@ -202,6 +205,7 @@ class TriesState:
 
 
 _BUCKETS = {0: "1", 1: "1", 2: "2"}
+_MANY = itertools.repeat("3+")
 
 
 def bucket(n: int) -> str:
@@ -226,16 +230,18 @@ def tries_pass(
     at = [s * 2 for s in map(t.start_seq.__getitem__, starts)]
     at += [s * 2 + 1 for s in map(t.end_seq.__getitem__, seals)]
     order = sorted(range(len(both)), key=at.__getitem__)
-    keys = list(zip(t.prompt_id, t.generation_index, strict=True))
-    gid, attempt, turn = t.group_id, t.attempt, t.resumed_turn
     n_starts = len(starts)
+    tries = list(map(both.__getitem__, order))
+    keys = list(zip(t.prompt_id, t.generation_index, strict=True))
+    # What a seal leaves for the starts after it, made in C: (group, attempt, run).
+    left = list(zip(t.group_id, t.attempt, itertools.repeat(run.run_id), strict=False))
+    is_start = map(operator.lt, order, itertools.repeat(n_starts))
+    gid, attempt, turn = t.group_id, t.attempt, t.resumed_turn
     closed: Counter[tuple[str, str]] = Counter()
     count, sealed = state.count, state.sealed
     run_id = run.run_id
-    for k in order:
-        i = both[k]
-        key = keys[i]
-        if k < n_starts:
+    for i, key, start in zip(tries, map(keys.__getitem__, tries), is_start, strict=True):
+        if start:
             held = sealed.pop(key, None)
             if held is not None:
                 group, was, where = held
@@ -255,10 +261,10 @@ def tries_pass(
             # A resume goes on with a try counted where it began (if that is
             # in the set: else it is the first try seen).
             n = count.get(key, 0)
-            if turn[i] is None or not n:
+            if not n or turn[i] is None:
                 count[key] = n + 1
         else:
             if key not in count:
                 count[key] = 1  # its start is before the trace set: one try at least
-            sealed[key] = (gid[i], attempt[i], run_id)
+            sealed[key] = left[i]
     return closed

@@ -25,6 +25,7 @@ lost (``lost_from`` to its end: after the capture, for a resumed try).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -351,9 +352,8 @@ def run_line(
     line.tries = _try_columns(run.tries, last_time, fates)
     table = line.marks
     others: list[int] = []
-    for i in run.marks:
-        kind = ev.kind[i]
-        e, seq, time = ev.events[i], ev.seq[i], ev.time[i]
+    for i, e in zip(run.marks, ev.events.at(run.marks), strict=True):
+        kind, seq, time = ev.kind[i], ev.seq[i], ev.time[i]
         code = _MARK_CODE.get(kind)
         if code is None:
             others.append(i)
@@ -435,7 +435,11 @@ class TryColumns:
         return list(compress(range(len(self)), is_open))
 
     def sealed_indices(self) -> list[int]:
-        """The sealed tries."""
+        """The sealed tries (one list, read by every fold: not to be changed)."""
+        return self._sealed
+
+    @functools.cached_property
+    def _sealed(self) -> list[int]:
         return list(compress(range(len(self)), map(operator.eq, self.outcome, _SEALED)))
 
     def attempts(self) -> list[Attempt]:
