@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .._errors import RolloutTraceError
-from .._report.table import rows_of, write_csv, write_parquet
+from .._report.table import columns_of, write_csv, write_parquet
 from .command import Command
 from .common import (
     BadLines,
@@ -74,10 +74,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if out.lower().endswith(".csv"):
             with open(out, "w", encoding="utf-8", newline="") as f:
-                n = write_csv(rows_of(tl), f)
+                n = write_csv(columns_of(tl), f)
         else:
             # Written whole or not at all, as the timeline is.
-            n = write_whole(out, lambda f: write_parquet(rows_of(tl), f))
+            n = write_whole(out, lambda f: write_parquet(columns_of(tl), f))
     except RolloutTraceError as exc:
         return _fail(str(exc))
     except OSError as exc:

@@ -59,7 +59,7 @@ class TraceSet(traceset.Model):
         if name == "tries":
             tl = self.timeline()
             flags = [a.open for r in tl.runs for a in r.attempts]
-            return table.tries_table(rows_of(tl), flags)
+            return table.tries_table(table.columns_of(tl), flags)
         makers = {
             "events": table.events_table,
             "stops": table.stops_table,

@@ -9,6 +9,8 @@ run. Written as CSV (the standard library) or Parquet (pyarrow, the optional
 from __future__ import annotations
 
 import csv
+import itertools
+import operator
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, BinaryIO
 
@@ -25,6 +27,7 @@ from .._timeline.model import Timeline
 __all__ = [
     "AttemptRow",
     "COLUMNS",
+    "columns_of",
     "events_table",
     "rows_of",
     "runs_table",
@@ -76,40 +79,54 @@ class AttemptRow(msgspec.Struct, kw_only=True):
 COLUMNS: tuple[str, ...] = AttemptRow.__struct_fields__
 
 
-def rows_of(tl: Timeline) -> Iterator[AttemptRow]:
+def columns_of(tl: Timeline) -> dict[str, list[Any]]:
+    """The table of tries as columns, ``COLUMNS`` in order, one value per try: what
+    ``rows_of``, the CSV and Arrow tables are made from (in C, no object per try)."""
     # The first step (in run order, then seq order) that trained each try,
     # in its own run or in a run restored from it.
     lineage = Lineage(tl)
-    trained: dict[int, int] = {}
+    trained: dict[tuple[int, int], int] = {}
     for run in tl.runs:
         for step in lineage.trained(run):
             for r, i, _ in step.tries:
-                trained.setdefault(id(r.attempts[i]), step.step)
+                trained.setdefault((id(r), i), step.step)
+    cols: dict[str, list[Any]] = {name: [] for name in COLUMNS}
     for number, run in enumerate(tl.runs, 1):
-        for a in run.attempts:
-            ended = a.end_seq >= 0
-            started = a.started
-            yield AttemptRow(
-                run=number,
-                run_id=run.run_id,
-                host=run.host,
-                pid=run.pid,
-                group_id=a.group_id,
-                prompt_id=a.prompt_id,
-                generation_index=a.generation_index,
-                attempt=a.attempt,
-                started_at=a.start if started else None,
-                ended_at=a.end if ended else None,
-                duration_s=a.end - a.start if started and ended else None,
-                outcome=a.outcome,
-                reason=a.reason,
-                weight_version=a.weight_version,
-                resumed_turn=a.resumed_turn,
-                trained_step=trained.get(id(a)),
-                fate=a.fate,
-                stop=a.stop,
-                lost_s=a.lost_s,
-            )
+        t = run.tries
+        n = len(t)
+        ended = list(map(operator.ge, t.end_seq, itertools.repeat(0)))
+        both = list(map(operator.and_, t.started, ended))
+        cols["run"] += [number] * n
+        cols["run_id"] += [run.run_id] * n
+        cols["host"] += [run.host] * n
+        cols["pid"] += [run.pid] * n
+        cols["group_id"] += t.group_id
+        cols["prompt_id"] += t.prompt_id
+        cols["generation_index"] += t.generation_index
+        cols["attempt"] += t.attempt
+        cols["started_at"] += _where(t.started, t.start)
+        cols["ended_at"] += _where(ended, t.end)
+        cols["duration_s"] += _where(both, map(operator.sub, t.end, t.start))
+        cols["outcome"] += t.outcome
+        cols["reason"] += t.reason
+        cols["weight_version"] += t.weight_version
+        cols["resumed_turn"] += t.resumed_turn
+        cols["trained_step"] += map(trained.get, zip(itertools.repeat(id(run)), range(n)))
+        cols["fate"] += t.fate
+        cols["stop"] += t.stop
+        cols["lost_s"] += t.lost_s
+    return cols
+
+
+def rows_of(tl: Timeline) -> Iterator[AttemptRow]:
+    """One ``AttemptRow`` per try: runs in the run order, each run's tries in seq order."""
+    for values in zip(*columns_of(tl).values(), strict=True):
+        yield AttemptRow(**dict(zip(COLUMNS, values, strict=True)))
+
+
+def _where(flags: Iterable[bool], values: Iterable[Any]) -> Iterator[Any]:
+    """Each value where its flag holds, else None (``(None, value)[flag]``, in C)."""
+    return map(tuple.__getitem__, zip(itertools.repeat(None), values), flags)
 
 
 # The integer columns: int64 in Parquet unless a value does not fit.
@@ -129,42 +146,37 @@ def _as_text(values: list[Any]) -> list[str | None]:
     return [None if v is None else msgspec.json.encode(v).decode() for v in values]
 
 
-def _kinds(rows: list[AttemptRow]) -> dict[str, str]:
-    """Per column of ints, how it is written: ``int`` (int64), ``str`` (every
-    value a str, as it is) or ``json`` (each value's JSON text: ints past int64,
-    or ints and strs in one column, such as the prompt ids 7 and "7", which
-    are two siblings and must stay apart)."""
-    out = {}
-    for name in _INT_COLUMNS:
-        values = [getattr(r, name) for r in rows]
-        if all(v is None or (type(v) is int and v in _INT64) for v in values):
-            out[name] = "int"
-        elif all(v is None or type(v) is str for v in values):
-            out[name] = "str"
-        else:
-            out[name] = "json"
-    return out
+def _kind(values: list[Any]) -> str:
+    """How a column of ints is written: ``int`` (int64), ``str`` (every value a
+    str, as it is) or ``json`` (each value's JSON text: ints past int64, or ints
+    and strs in one column, such as the prompt ids 7 and "7", which are two
+    siblings and must stay apart)."""
+    if all(v is None or (type(v) is int and v in _INT64) for v in values):
+        return "int"
+    if all(v is None or type(v) is str for v in values):
+        return "str"
+    return "json"
 
 
-def write_csv(rows: Iterator[AttemptRow], out: IO[str]) -> int:
-    """Write a header and the rows (None as an empty cell); the rows written.
+def write_csv(columns: dict[str, list[Any]], out: IO[str]) -> int:
+    """Write a header and the table's rows (``columns_of``; None as an empty cell);
+    the rows written.
 
     A prompt id column that holds both ints and strs is written as each
     one's JSON text (7 and "7" are two siblings), as in Parquet.
     """
-    held = list(rows)
-    mixed = _kinds(held)["prompt_id"] == "json"
+    cols = dict(columns)
+    if _kind(cols["prompt_id"]) == "json":
+        cols["prompt_id"] = _as_text(cols["prompt_id"])
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
-    for row in held:
-        values = msgspec.structs.astuple(row)
-        if mixed:
-            values = tuple(
-                msgspec.json.encode(v).decode() if name == "prompt_id" else v
-                for name, v in zip(COLUMNS, values, strict=True)
-            )
-        writer.writerow(["" if v is None else v for v in values])
-    return len(held)
+    # None -> "", any other value as it is, in C.
+    cells = [map(_EMPTY.get, c, c) for c in cols.values()]
+    writer.writerows(zip(*cells, strict=True))
+    return len(cols["run"])
+
+
+_EMPTY: dict[Any, Any] = {None: ""}
 
 
 def _pyarrow() -> Any:
@@ -178,39 +190,35 @@ def _pyarrow() -> Any:
     return pa
 
 
-def tries_table(rows: Iterable[AttemptRow], open_: list[bool] | None = None) -> Any:
-    """The rows as a ``pyarrow.Table`` of the ``COLUMNS`` (and ``open``, one flag
-    a row, when given: the try is open at its run's last event).
+def tries_table(columns: dict[str, list[Any]], open_: list[bool] | None = None) -> Any:
+    """The table's columns (``columns_of``) as a ``pyarrow.Table`` of the ``COLUMNS``
+    (and ``open``, one flag a row, when given: the try is open at its run's last
+    event).
 
     Each column of ints is int64 when every value fits, a string column when
     every value is a str, and else a string column of each value's JSON text
-    (``_kinds``): Arrow holds one type a column, so the rows are looked at first.
+    (``_kind``): Arrow holds one type a column, so the values are looked at first.
     """
     pa = _pyarrow()
-    held = list(rows)
-    kinds = _kinds(held)
+    cols = dict(columns)
     types = {"run": pa.int32(), "stop": pa.int32()}
     for name in ("started_at", "ended_at", "duration_s", "lost_s"):
         types[name] = pa.float64()
-    for name, kind in kinds.items():
+    for name in _INT_COLUMNS:
+        kind = _kind(cols[name])
         types[name] = pa.int64() if kind == "int" else pa.string()
-    schema = pa.schema([(name, types.get(name, pa.string())) for name in COLUMNS])
-    columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-    for row in held:
-        for name, value in zip(COLUMNS, msgspec.structs.astuple(row), strict=True):
-            columns[name].append(value)
-    for name, kind in kinds.items():
         if kind == "json":
-            columns[name] = _as_text(columns[name])
+            cols[name] = _as_text(cols[name])
+    schema = pa.schema([(name, types.get(name, pa.string())) for name in COLUMNS])
     if open_ is not None:
         schema = schema.append(pa.field("open", pa.bool_()))
-        columns["open"] = open_
-    return pa.table(columns, schema=schema)
+        cols["open"] = open_
+    return pa.table(cols, schema=schema)
 
 
-def write_parquet(rows: Iterator[AttemptRow], out: BinaryIO) -> int:
-    """Write the rows (``tries_table``) as Parquet to the binary file ``out``; the rows written."""
-    table = tries_table(rows)
+def write_parquet(columns: dict[str, list[Any]], out: BinaryIO) -> int:
+    """Write the table (``tries_table``) as Parquet to the binary file ``out``; the rows written."""
+    table = tries_table(columns)
     import pyarrow.parquet as pq
 
     pq.write_table(table, out)
