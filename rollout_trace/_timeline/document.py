@@ -33,6 +33,7 @@ a quarter of a microsecond.
 from __future__ import annotations
 
 import itertools
+import operator
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
@@ -159,6 +160,14 @@ def us(t: float) -> float:
     if not 0.0 <= v <= MAX_US:
         return MAX_US if v > MAX_US else 0.0  # NaN too, from an event built in Python
     return round(v, 3)
+
+
+def us_each(times: Sequence[float]) -> list[float]:
+    """``us`` of each time, in C where every one is past ``_EXACT_US`` (as trace times are)."""
+    v = list(map(operator.mul, times, itertools.repeat(1e6)))
+    if all(map(_EXACT_US.__le__, v)) and all(map(MAX_US.__ge__, v)):
+        return v
+    return list(map(us, times))
 
 
 def trace_events(tl: Timeline, merge: Sequence[Foreign] = ()) -> Iterator[dict[str, Any]]:
@@ -383,10 +392,11 @@ def _counter(name: str, ts: float, pid: int, args: dict[str, float]) -> dict[str
 
 
 def _counters(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]]:
-    if run.attempts:
+    if len(run.tries):
         # Two arrays of doubles, not a list of event pairs: a run can hold millions of tries.
-        starts = array("d", sorted(us(a.start) for a in run.attempts))
-        ends = array("d", sorted(max(us(a.start), us(a.end)) for a in run.attempts))
+        start = us_each(run.tries.start)
+        starts = array("d", sorted(start))
+        ends = array("d", sorted(map(max, start, us_each(run.tries.end))))
         for ts, running in in_flight(starts, ends):
             # Perfetto names the track "in flight attempts": the name, then the arg.
             yield _counter("in flight", ts, pid, {"attempts": running})
