@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .._errors import RolloutTraceError
+from .._model.traceset import gc_paused
 from .._report.table import columns_of, write_csv, write_parquet
 from .command import Command
 from .common import (
@@ -71,13 +72,15 @@ def _run(args: argparse.Namespace) -> int:
     report_problems(problems.first, problems.count)
     for note in tl.notes:
         print(f"rollout-trace: note: {note}", file=sys.stderr)
+    with gc_paused():
+        columns = columns_of(tl)
     try:
         if out.lower().endswith(".csv"):
             with open(out, "w", encoding="utf-8", newline="") as f:
-                n = write_csv(columns_of(tl), f)
+                n = write_csv(columns, f)
         else:
             # Written whole or not at all, as the timeline is.
-            n = write_whole(out, lambda f: write_parquet(columns_of(tl), f))
+            n = write_whole(out, lambda f: write_parquet(columns, f))
     except RolloutTraceError as exc:
         return _fail(str(exc))
     except OSError as exc:

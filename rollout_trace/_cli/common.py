@@ -196,7 +196,9 @@ def read_model(files: list[str], problems: Problems, make: type[M] = Model) -> M
 
 def fold_timeline(files: list[str], problems: BadLines) -> Timeline:
     """The timeline of ``files`` (``read_model``)."""
-    return timeline_of(read_model(files, problems))
+    model: Model = read_model(files, problems)
+    with gc_paused():
+        return timeline_of(model)
 
 
 def report_problems(problems: Sequence[ReadProblem], total: int | None = None) -> None:

@@ -9,6 +9,7 @@ import sys
 
 import msgspec
 
+from .._model.traceset import gc_paused
 from .._report.health import (
     DEFAULT_STALL_AFTER,
     TRIES_COLUMNS,
@@ -88,7 +89,8 @@ def _run(args: argparse.Namespace) -> int:
     report_problems(problems.first, problems.count)
     for note in tl.notes:
         print(f"rollout-trace: note: {note}", file=sys.stderr)
-    found = report_of(tl, args.stall_after, problems.count)
+    with gc_paused():
+        found = report_of(tl, args.stall_after, problems.count)
     if args.json:
         doc = msgspec.to_builtins(found)
         doc["files"] = files

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
@@ -230,27 +229,16 @@ def tries_pass(
     at = [s * 2 for s in map(t.start_seq.__getitem__, starts)]
     at += [s * 2 + 1 for s in map(t.end_seq.__getitem__, seals)]
     order = sorted(range(len(both)), key=at.__getitem__)
-    n_starts = len(starts)
-    tries = list(map(both.__getitem__, order))
-    keys = list(map(list(zip(t.prompt_id, t.generation_index, strict=True)).__getitem__, tries))
-    is_start = list(map(operator.lt, order, itertools.repeat(n_starts)))
-    # What a seal leaves for the starts after it, made in C: (group, attempt, run).
-    left = list(zip(t.group_id, t.attempt, itertools.repeat(run.run_id), strict=False))
-    count, sealed = state.count, state.sealed
-    # Most siblings have one start, then one seal, and nothing before the run:
-    # counted one try, sealed here, closing nothing. Those are taken in C; the
-    # walk below takes the others, event by event.
-    plain = _plain(keys, is_start, count)
-    count.update(zip(plain, itertools.repeat(1)))
-    last = dict(zip(keys, tries, strict=True))
-    sealed.update(zip(plain, map(left.__getitem__, map(last.__getitem__, plain)), strict=True))
-    walked = list(map(operator.not_, map(set(plain).__contains__, keys)))
+    keys = list(zip(t.prompt_id, t.generation_index, strict=True))
     gid, attempt, turn = t.group_id, t.attempt, t.resumed_turn
+    n_starts = len(starts)
     closed: Counter[tuple[str, str]] = Counter()
+    count, sealed = state.count, state.sealed
     run_id = run.run_id
-    events = zip(tries, keys, is_start, strict=True)
-    for i, key, start in compress(events, walked):
-        if start:
+    for k in order:
+        i = both[k]
+        key = keys[i]
+        if k < n_starts:
             held = sealed.pop(key, None)
             if held is not None:
                 group, was, where = held
@@ -270,26 +258,10 @@ def tries_pass(
             # A resume goes on with a try counted where it began (if that is
             # in the set: else it is the first try seen).
             n = count.get(key, 0)
-            if not n or turn[i] is None:
+            if turn[i] is None or not n:
                 count[key] = n + 1
         else:
             if key not in count:
                 count[key] = 1  # its start is before the trace set: one try at least
-            sealed[key] = left[i]
+            sealed[key] = (gid[i], attempt[i], run_id)
     return closed
-
-
-def _plain(keys: list[Sibling], is_start: list[bool], count: dict[Sibling, int]) -> list[Sibling]:
-    """The siblings whose events in ``keys`` (in order) are a start, then a seal,
-    and nothing else, and that ``count`` has not seen."""
-    twice = [k for k, n in Counter(keys).items() if n == 2]
-    where = range(len(keys))
-    first = dict(zip(reversed(keys), reversed(where), strict=True))
-    last = dict(zip(keys, where, strict=True))
-    start_then_seal = map(
-        operator.and_,
-        map(is_start.__getitem__, map(first.__getitem__, twice)),
-        map(operator.not_, map(is_start.__getitem__, map(last.__getitem__, twice))),
-    )
-    unseen = map(operator.not_, map(count.__contains__, twice))
-    return list(compress(twice, map(operator.and_, start_then_seal, unseen)))
