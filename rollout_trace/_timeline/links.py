@@ -40,9 +40,7 @@ Its p50 is linear between the closest ranks, as every percentile of
 from __future__ import annotations
 
 import itertools
-import operator
 from array import array
-from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -224,9 +222,14 @@ def in_flight(starts: Sequence[float], ends: Sequence[float]) -> Iterator[tuple[
     end, so one of no length adds nothing, and one that ends where another
     starts is not counted with it.
     """
-    # Running just after t: the starts at or before it less the ends at or
-    # before it, each found by bisection, in C.
-    times = sorted(set(starts).union(ends))
-    started = map(bisect_right, itertools.repeat(starts), times)
-    ended = map(bisect_right, itertools.repeat(ends), times)
-    return zip(times, map(operator.sub, started, ended), strict=True)
+    i = j = running = 0
+    ns, ne = len(starts), len(ends)
+    while i < ns or j < ne:
+        t = starts[i] if j >= ne or (i < ns and starts[i] <= ends[j]) else ends[j]
+        while i < ns and starts[i] == t:
+            running += 1
+            i += 1
+        while j < ne and ends[j] == t:
+            running -= 1
+            j += 1
+        yield t, running
