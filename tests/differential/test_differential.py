@@ -290,3 +290,21 @@ def test_d5_leaves_out_only_what_changed_by_definition() -> None:
     assert m.attempts_csv(row.format("restarted", 1).encode()) != m.attempts_csv(
         row.format("", 0).encode()
     )
+
+
+def test_d5_leaves_out_validates_warning_of_a_late_capture_and_only_that() -> None:
+    # The base never warned of a captured_at after its own line (issue #27 added it):
+    # with the warning left out and the count lowered, the two outputs are one.
+    verdict = "valid: 77 lines, 4 runs: 0 error(s), {} warning(s)\n"
+    killed = "trace/run-2.jsonl: warning: run b: no trace_closed: the run was killed or crashed\n"
+    late = (
+        "trace/run-1.jsonl:8: warning: captured_at 1750000615.75 is 0.500 s after the event's "
+        "time 1750000615.25, though a snapshot is published after it is captured: is ...\n"
+    )
+    exp = allowed.Expected(allowed.Outcome(0, killed + verdict.format(1), ""))
+    exp.d5 = Masks()
+    base = allowed.masked(exp, "validate", "out", killed + verdict.format(1))
+    assert allowed.masked(exp, "validate", "out", late + killed + verdict.format(2)) == base
+    # Any other warning still counts, and still differs.
+    other = late.replace("captured_at", "time_unit")
+    assert allowed.masked(exp, "validate", "out", other + killed + verdict.format(2)) != base
