@@ -508,6 +508,11 @@ def captured(a: Run, path: str) -> Capture:
     return Capture(None, None, None)
 
 
+# Plain ints: an enum member's look-up and comparison cost more, once a sibling.
+_OPEN, _SEALED = int(EndKind.OPEN), int(EndKind.SEALED)
+_ABANDONED, _REFUSED = int(EndKind.ABANDONED), int(EndKind.REFUSED)
+
+
 def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
     """The one place that decides each sibling's class at a stop of ``a`` restored by ``b``
     (see the module's rules), C being ``captured_at``."""
@@ -519,23 +524,24 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
     kept: set[SiblingKey] | None = None if captured_at is None else set()
     why_not: dict[SiblingKey, str] = {}
     c = math.nan if captured_at is None else captured_at
+    end_kind, start_time, end_time = tries.end_kind, tries.start_time, tries.end_time
     for key, i in a.sib.last_start.items():
-        end = tries.end_kind[i]
-        t0 = tries.start_time[i]
+        end = end_kind[i]
+        t0 = start_time[i]
         resumed = key in resumed_by_b
         # The lost part of a resumed try begins at the capture, or at its start if later;
         # written so that a NaN time stays NaN rather than be taken as the larger.
         after_c = c if t0 < c else (t0 if captured_at is not None else math.nan)
-        if end == EndKind.OPEN:
+        if end == _OPEN:
             in_flight[key] = i
             if resumed:
                 counted[key] = Counted("resumed", i, after_c, stop_time)
             else:
                 counted[key] = Counted("restarted", i, t0, stop_time)
-        elif end == EndKind.SEALED:
+        elif end == _SEALED:
             if kept is None:
                 continue  # sealed before or after C: cannot be told
-            t1 = tries.end_time[i]
+            t1 = end_time[i]
             if t1 <= c:
                 kept.add(key)
                 why_not[key] = "kept"
@@ -543,9 +549,9 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
                 counted[key] = Counted("resumed", i, after_c, t1)
             else:
                 counted[key] = Counted("redone", i, t0, t1)
-        elif end == EndKind.ABANDONED:
+        elif end == _ABANDONED:
             why_not[key] = "abandoned"
-        elif end == EndKind.REFUSED:
+        elif end == _REFUSED:
             why_not[key] = "refused"
     strangers: dict[SiblingKey, str] = {}
     for key in resumed_by_b:
