@@ -231,8 +231,9 @@ class Columns(Sequence[Any]):
         start, n = len(self.kind), len(events)
         kinds = bytes(map(_kind_of_type, map(type, events), _OTHER))
         try:
-            seq = array("q", map(_seq_of, events))
-            time = array("d", map(_time_of, events))
+            # An array takes a list in C, any other iterable an item at a time.
+            seq = array("q", list(map(_seq_of, events)))
+            time = array("d", list(map(_time_of, events)))
         except (TypeError, OverflowError):
             seq, time = _envelope(events)
             decoded = False  # made again from its fields, an event would lose its seq
@@ -242,10 +243,11 @@ class Columns(Sequence[Any]):
             row_kinds = bytes(compress(kinds, flags))
             try:
                 # A name or an int out of a column's range holds the block as objects.
-                p = array("q", map(_prompt_of, rows))
-                g = array("i", map(_index_of, rows))
-                a = array("i", map(_attempt_of, rows))
-                x = array("i", map(getattr, rows, map(_X_NAME.__getitem__, row_kinds), _ZERO))
+                p = array("q", list(map(_prompt_of, rows)))
+                g = array("i", list(map(_index_of, rows)))
+                a = array("i", list(map(_attempt_of, rows)))
+                x_names = map(_X_NAME.__getitem__, row_kinds)
+                x = array("i", list(map(getattr, rows, x_names, _ZERO)))
             except (TypeError, OverflowError):
                 decoded = False
         self.kind += kinds
