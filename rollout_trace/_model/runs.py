@@ -178,7 +178,7 @@ class Columns(Sequence[Any]):
             held = bytearray(len(self))
             for i in self.held:
                 held[i] = 1
-            self._place = (held, array("q", itertools.accumulate(held, initial=0)))
+            self._place = (held, array("q", list(itertools.accumulate(held, initial=0))))
         return self._place
 
     @overload
@@ -271,7 +271,7 @@ class Columns(Sequence[Any]):
         held = list(compress(events, others))
         self._share(held, names)
         self.objs += held
-        self.held += array("q", compress(range(start, start + n), others))
+        self.held += array("q", list(compress(range(start, start + n), others)))
 
     def _share(self, events: list[Any], names: dict[str, str]) -> None:
         """Make held events of the built-in classes hold the run's one string for
@@ -289,7 +289,7 @@ class Columns(Sequence[Any]):
     def extend(self, other: Columns) -> None:
         """Append another's events (a worker's, of the same run)."""
         shift, rows = len(self), len(self.p)
-        self.held += array("q", map(operator.add, other.held, itertools.repeat(shift)))
+        self.held += array("q", list(map(operator.add, other.held, itertools.repeat(shift))))
         self.held_attempts += other.held_attempts
         self.reasons.update((r + rows, why) for r, why in other.reasons.items())
         for name in ("seq", "time", "kind", "objs", "p", "g", "a", "gid", "x"):
@@ -298,8 +298,8 @@ class Columns(Sequence[Any]):
     def take(self, order: Sequence[int]) -> Columns:
         """The events at ``order``, in that order."""
         out = Columns(self.run_id)
-        out.seq = array("q", map(self.seq.__getitem__, order))
-        out.time = array("d", map(self.time.__getitem__, order))
+        out.seq = array("q", list(map(self.seq.__getitem__, order)))
+        out.time = array("d", list(map(self.time.__getitem__, order)))
         out.kind = bytearray(map(self.kind.__getitem__, order))
         held, before = self.place()
         for at, i in enumerate(order):
@@ -324,7 +324,7 @@ class Columns(Sequence[Any]):
         read from the columns in C: no row is made again."""
         objs = self.objs
         held, before = self.place()
-        k = array("q", map(before.__getitem__, at))
+        k = array("q", list(map(before.__getitem__, at)))
         is_held = bytes(map(held.__getitem__, at))
         got = map(getattr, map((*objs, None).__getitem__, k), itertools.repeat(name), _NONE)
         column = _COLUMN_OF.get(name)
@@ -342,7 +342,7 @@ class Columns(Sequence[Any]):
 
     def attempts(self) -> AttemptTable:
         """The run's attempt events as one table, in order."""
-        where = array("q", compress(range(len(self)), self.kind.translate(_ATTEMPT_FLAGS)))
+        where = array("q", list(compress(range(len(self)), self.kind.translate(_ATTEMPT_FLAGS))))
         kinds = bytes(map(self.kind.__getitem__, where))
         if not self.held_attempts:
             # Rows are exactly the attempt events, in order.

@@ -379,8 +379,8 @@ def _versions_of_steps(ev: RunEvents, start: int | None) -> dict[int, int | None
         return {}
     seqs = ev.seq
     syncs, sends = ev.where(WEIGHTS), ev.where(DISPATCHED)
-    sync_seq = array("q", map(seqs.__getitem__, syncs))
-    send_seq = array("q", map(seqs.__getitem__, sends))
+    sync_seq = array("q", list(map(seqs.__getitem__, syncs)))
+    send_seq = array("q", list(map(seqs.__getitem__, sends)))
     synced = ev.events.values("weight_version", syncs)
     sent = ev.events.values("weight_version", sends)
     out: dict[int, int | None] = {}

@@ -103,7 +103,7 @@ class Tries:
     def _at_first(self, column: Sequence[Any]) -> Sequence[Any]:
         """``column`` at each try's first event: an array of a column that is one."""
         got = map(column.__getitem__, self.first)
-        return array(column.typecode, got) if isinstance(column, array) else list(got)
+        return array(column.typecode, list(got)) if isinstance(column, array) else list(got)
 
     @functools.cached_property
     def prompt_id(self) -> Sequence[Any]:
@@ -128,18 +128,18 @@ class Tries:
     def _events(self, positions: Sequence[int]) -> array[int]:
         """The run's index of the events at table ``positions`` (-1: the added last)."""
         where = self._table.where + array("q", [len(self._run.kind)])
-        return array("q", map(where.__getitem__, positions))
+        return array("q", list(map(where.__getitem__, positions)))
 
     @functools.cached_property
     def start_seq(self) -> array[int]:
-        out = array("q", map(self._run.seq.__getitem__, self._events(self.first)))
+        out = array("q", list(map(self._run.seq.__getitem__, self._events(self.first))))
         for i in self._unstarted():
             out[i] = -1
         return out
 
     @functools.cached_property
     def start_time(self) -> array[float]:
-        out = array("d", map(self._run.time.__getitem__, self._events(self.first)))
+        out = array("d", list(map(self._run.time.__getitem__, self._events(self.first))))
         for i in self._unstarted():
             out[i] = math.nan
         return out
@@ -159,12 +159,12 @@ class Tries:
     @functools.cached_property
     def end_seq(self) -> array[int]:
         seq = self._run.seq + array("q", [-1])
-        return array("q", map(seq.__getitem__, self._events(self.end)))
+        return array("q", list(map(seq.__getitem__, self._events(self.end))))
 
     @functools.cached_property
     def end_time(self) -> array[float]:
         time = self._run.time + array("d", [math.nan])
-        return array("d", map(time.__getitem__, self._events(self.end)))
+        return array("d", list(map(time.__getitem__, self._events(self.end))))
 
     @functools.cached_property
     def reason(self) -> list[str | None]:

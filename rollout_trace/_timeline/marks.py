@@ -202,8 +202,8 @@ class MarkTable:
         for _, same in itertools.groupby(order, key=seqs.__getitem__):
             rows = list(same)
             keep.append(rows[0] if len(rows) == 1 else min(rows, key=self._rank))
-        self.seqs = array("q", map(seqs.__getitem__, keep))
-        self.times = array("d", map(self.times.__getitem__, keep))
+        self.seqs = array("q", list(map(seqs.__getitem__, keep)))
+        self.times = array("d", list(map(self.times.__getitem__, keep)))
         self.codes = bytearray(map(self.codes.__getitem__, keep))
         self.a = list(map(self.a.__getitem__, keep))
         self.b = list(map(self.b.__getitem__, keep))

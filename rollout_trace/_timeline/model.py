@@ -461,7 +461,9 @@ def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryCo
     last event, a superseded one at the start that superseded it."""
     n = len(t)
     started = t.start_kind.translate(_NONZERO)
-    start = array("d", map(tuple.__getitem__, zip(t.end_time, t.start_time, strict=True), started))
+    start = array(
+        "d", list(map(tuple.__getitem__, zip(t.end_time, t.start_time, strict=True), started))
+    )
     stop = array("d", t.end_time)
     for i in compress(range(n), t.end_kind.translate(_IS_OPEN)):
         stop[i] = max(last_time, start[i])
