@@ -43,7 +43,7 @@ import itertools
 import math
 import operator
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import compress
 from typing import Any, NamedTuple
 
@@ -346,12 +346,30 @@ def _higher(a: int | None, b: int | None) -> int | None:
 
 
 def _top(start: int | None, versions: list[int | None]) -> int | None:
-    """The highest of ``start`` and ``versions`` (None: not known), as ``_higher`` folds them."""
-    known: Iterator[int] = filter(_KNOWN, versions)  # type: ignore[arg-type]
-    return _higher(start, max(known, default=None))
+    """``_higher`` folded over ``start`` and ``versions`` in order; in C where every
+    version is an int or None (``max`` keeps the first of the highest, as the fold)."""
+    if all(map(isinstance, versions, _INT_OR_NONE)):
+        known: Iterator[int] = filter(_KNOWN, versions)  # type: ignore[arg-type]
+        return _higher(start, max(known, default=None))
+    return functools.reduce(_higher, versions, start)
 
 
 _KNOWN = functools.partial(operator.is_not, None)
+_INT_OR_NONE = itertools.repeat((int, type(None)))
+
+
+def _top_by_seq(
+    top: int | None, sent: list[int | None], seqs: Sequence[int], lo: int, hi: int
+) -> int | None:
+    """``top`` with the dispatches ``lo:hi`` (in seq order) taken in: each seq's
+    folded on its own (lines of one seq do not see each other), then into ``top``.
+    Where every version is an int or None, one ``_top`` gives the same."""
+    versions = sent[lo:hi]
+    if all(map(isinstance, versions, _INT_OR_NONE)):
+        return _top(top, versions)
+    for _, same in itertools.groupby(range(lo, hi), key=seqs.__getitem__):
+        top = _higher(top, functools.reduce(_higher, map(sent.__getitem__, same), None))
+    return top
 
 
 def _restored_version(a: RunEvents, start: int | None, c: float) -> int | None:
@@ -393,7 +411,7 @@ def _versions_of_steps(ev: RunEvents, start: int | None) -> dict[int, int | None
             continue
         j = bisect.bisect_left(send_seq, seq)
         if j > seen:
-            top, seen = _top(top, sent[seen:j]), j
+            top, seen = _top_by_seq(top, sent, send_seq, seen, j), j
         out[seq] = top
     return out
 

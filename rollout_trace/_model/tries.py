@@ -89,21 +89,22 @@ class Tries:
         return self.outcomes[i]
 
     @functools.cached_property
-    def outcomes(self) -> list[str]:
+    def outcomes(self) -> tuple[str, ...]:
         """Each try's outcome (``terms.outcome_of``)."""
         # Abandons (their reason tells) one by one, the rest in C.
         out: list[Any] = list(map(PLAIN_OUTCOME.get, self.end_kind))
         for i in compress(range(len(out)), map(operator.is_, out, _NONE)):
             out[i] = outcome_of(self.end_kind[i], self.reason[i])
-        return out
+        return tuple(out)
 
     def sibling(self, i: int) -> SiblingKey:
         return (self.prompt_id[i], self.generation_index[i])
 
     def _at_first(self, column: Sequence[Any]) -> Sequence[Any]:
-        """``column`` at each try's first event: an array of a column that is one."""
+        """``column`` at each try's first event: an array of a column that is one,
+        else a tuple (the model's columns are not changed once made)."""
         got = map(column.__getitem__, self.first)
-        return array(column.typecode, list(got)) if isinstance(column, array) else list(got)
+        return array(column.typecode, list(got)) if isinstance(column, array) else tuple(got)
 
     @functools.cached_property
     def prompt_id(self) -> Sequence[Any]:
@@ -167,22 +168,22 @@ class Tries:
         return array("d", list(map(time.__getitem__, self._events(self.end))))
 
     @functools.cached_property
-    def reason(self) -> list[str | None]:
-        return list(map(self._table.reasons.get, self.end))
+    def reason(self) -> tuple[str | None, ...]:
+        return tuple(map(self._table.reasons.get, self.end))
 
     @functools.cached_property
-    def weight_version(self) -> list[int | None]:
+    def weight_version(self) -> tuple[int | None, ...]:
         return self._x_of(DISPATCHED)
 
     @functools.cached_property
-    def turn(self) -> list[int | None]:
+    def turn(self) -> tuple[int | None, ...]:
         return self._x_of(RESUMED)
 
-    def _x_of(self, kind: int) -> list[int | None]:
+    def _x_of(self, kind: int) -> tuple[int | None, ...]:
         """``x`` of the tries whose first event is of ``kind``, else None."""
         has = self.start_kind.translate(_ONLY[kind])
         both = zip(_NONE, self._at_first(self._table.x), strict=False)
-        return list(map(tuple.__getitem__, both, has))
+        return tuple(map(tuple.__getitem__, both, has))
 
 
 _NONE = itertools.repeat(None)

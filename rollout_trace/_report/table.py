@@ -167,13 +167,21 @@ def write_csv(columns: dict[str, list[Any]], out: IO[str]) -> int:
     """
     cols = dict(columns)
     if _kind(cols["prompt_id"]) == "json":
-        cols["prompt_id"] = _as_text(cols["prompt_id"])
+        # Every value's JSON text, a missing one's too ("null").
+        cols["prompt_id"] = [msgspec.json.encode(v).decode() for v in cols["prompt_id"]]
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
-    # None -> "", any other value as it is, in C.
-    cells = [map(_EMPTY.get, c, c) for c in cols.values()]
-    writer.writerows(zip(*cells, strict=True))
+    writer.writerows(zip(*map(_cells, cols.values()), strict=True))
     return len(cols["run"])
+
+
+def _cells(values: list[Any]) -> list[Any]:
+    """A column's CSV cells: None as "", any other value as it is (in C where
+    every value can be looked up)."""
+    try:
+        return list(map(_EMPTY.get, values, values))
+    except TypeError:  # a value that cannot be hashed, from events built in Python
+        return ["" if v is None else v for v in values]
 
 
 _EMPTY: dict[Any, Any] = {None: ""}

@@ -130,33 +130,40 @@ class Lineage:
         chain = self.chain(run)
         t = run.tries
         p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
-        # Group id -> its seals in the run, by end seq: a step takes those below its seq.
-        own: dict[str, list[int]] = {}
-        for i in sorted(t.sealed_indices(), key=end_seq.__getitem__):
-            own.setdefault(gid[i], []).append(i)
         m = run.marks
+        steps = [at for at, code in enumerate(m.codes) if code == STEP]
+        # The run's seals before its last step, by end seq, filed by group id:
+        # each group's are taken into its latest seal per sibling as steps reach them.
+        own = sorted(t.sealed_indices(), key=end_seq.__getitem__)
+        last_step = m.seqs[steps[-1]] if steps else -1
+        pending: dict[str, list[int]] = {}
+        for i in own[: bisect_left(own, last_step, key=end_seq.__getitem__)]:
+            pending.setdefault(gid[i], []).append(i)
+        latest: dict[str, dict[Sibling, int]] = {}
+        taken: dict[str, int] = {}
         versions = run.step_versions
         out = []
-        for at, code in enumerate(m.codes):
-            if code == STEP:
-                seq = m.seqs[at]
-                named = m.b[at] if isinstance(m.b[at], list) else []
-                tries: list[tuple[RunLine, int, int | None]] = []
-                missing = 0
-                for group in dict.fromkeys(n for n in named if isinstance(n, str)):
-                    seals = own.get(group, [])
-                    seals = seals[: bisect_left(seals, seq, key=end_seq.__getitem__)]
-                    # The latest seal of each sibling stands.
-                    found = {(p[i], g[i]): (run, i) for i in seals}
-                    for r in chain[1:]:  # the latest run first: its seals stand
-                        for key, i in self._seals_of(r).get(group, {}).items():
-                            found.setdefault(key, (r, i))
-                    if not found:
-                        missing += 1
-                    tries += [(r, i, self._version(chain, r, i)) for r, i in found.values()]
-                out.append(
-                    TrainedStep(m.a[at], m.times[at], seq, versions.get(seq), tries, missing)
-                )
+        for at in steps:
+            seq = m.seqs[at]
+            named = m.b[at] if isinstance(m.b[at], list) else []
+            tries: list[tuple[RunLine, int, int | None]] = []
+            missing = 0
+            for group in dict.fromkeys(n for n in named if isinstance(n, str)):
+                seals = pending.get(group, [])
+                k = taken.get(group, 0)
+                upto = bisect_left(seals, seq, lo=k, key=end_seq.__getitem__)
+                held = latest.setdefault(group, {})
+                for i in seals[k:upto]:
+                    held[(p[i], g[i])] = i
+                taken[group] = upto
+                found = {key: (run, i) for key, i in held.items()}
+                for r in chain[1:]:  # the latest run first: its seals stand
+                    for key, i in self._seals_of(r).get(group, {}).items():
+                        found.setdefault(key, (r, i))
+                if not found:
+                    missing += 1
+                tries += [(r, i, self._version(chain, r, i)) for r, i in found.values()]
+            out.append(TrainedStep(m.a[at], m.times[at], seq, versions.get(seq), tries, missing))
         return out
 
 
@@ -224,7 +231,7 @@ def tries_pass(
     t = run.tries
     starts = list(compress(range(len(t)), t.started))
     seals = t.sealed_indices()
-    both = starts + seals
+    both = starts + list(seals)
     # Starts and seals in one order, made in C: seq, then starts first.
     at = [s * 2 for s in map(t.start_seq.__getitem__, starts)]
     at += [s * 2 + 1 for s in map(t.end_seq.__getitem__, seals)]

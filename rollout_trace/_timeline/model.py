@@ -404,7 +404,7 @@ class TryColumns:
     """A run's tries as columns, one per field of ``Attempt`` but ``lane``, in
     the order of ``RunLine.attempts`` (which are made from them at the first
     look): what the report's folds read, with no object per try. Columns are
-    read-only: most are the model's own (``Tries``), shared."""
+    arrays where their values allow, else lists or tuples."""
 
     start: Sequence[float] = field(default_factory=list)
     end: Sequence[float] = field(default_factory=list)
@@ -434,13 +434,13 @@ class TryColumns:
         is_open = map(operator.and_, self.started, map(operator.not_, shut))
         return list(compress(range(len(self)), is_open))
 
-    def sealed_indices(self) -> list[int]:
-        """The sealed tries (one list, read by every fold: not to be changed)."""
+    def sealed_indices(self) -> tuple[int, ...]:
+        """The sealed tries (made once, read by every fold)."""
         return self._sealed
 
     @functools.cached_property
-    def _sealed(self) -> list[int]:
-        return list(compress(range(len(self)), map(operator.eq, self.outcome, _SEALED)))
+    def _sealed(self) -> tuple[int, ...]:
+        return tuple(compress(range(len(self)), map(operator.eq, self.outcome, _SEALED)))
 
     def attempts(self) -> list[Attempt]:
         before_lane = [getattr(self, f) for f in _BEFORE_LANE]
@@ -480,9 +480,9 @@ def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryCo
         stop,
         t.outcomes,
         t.group_id,
-        t.prompt_id,
-        t.generation_index,
-        t.attempt,
+        _own(t.prompt_id),
+        _own(t.generation_index),
+        _own(t.attempt),
         t.weight_version,
         t.turn,
         t.reason,
@@ -491,8 +491,8 @@ def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryCo
         stop_no,
         lost_from,
         lost_s,
-        t.start_seq,
-        t.end_seq,
+        _own(t.start_seq),
+        _own(t.end_seq),
         list(map(operator.eq, t.end_kind, itertools.repeat(_SUPERSEDED))),
     )
     # First-event seqs strictly rising (the usual case) need no sort.
@@ -500,6 +500,12 @@ def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryCo
     if not all(map(operator.lt, first, itertools.islice(first, 1, None))):
         _sort_columns(cols, first)
     return cols
+
+
+def _own(column: Sequence[Any]) -> Sequence[Any]:
+    """One of the model's columns for a timeline: an array copied (in C), so that
+    a change to the timeline's is not a change to the model; a tuple shared."""
+    return column[:] if isinstance(column, array) else column
 
 
 def _sort_columns(cols: TryColumns, first: list[int]) -> None:

@@ -232,7 +232,7 @@ def test_attempt_events_whose_fields_do_not_fit_a_column_are_held_as_they_are(
     # One line a file: each block that holds such an event is held whole.
     held = [ev.prompt_id for ev in run.events.events.objs if hasattr(ev, "prompt_id")]
     assert held == ["p-1", 2]
-    assert [run.tries.prompt_id, run.tries.attempt] == [["p-1", 3, 2], [0, 0, 2**70]]
+    assert [list(run.tries.prompt_id), list(run.tries.attempt)] == [["p-1", 3, 2], [0, 0, 2**70]]
 
 
 def test_events_of_a_frozen_class_are_taken_as_they_are() -> None:
