@@ -171,8 +171,15 @@ def write_csv(columns: dict[str, list[Any]], out: IO[str]) -> int:
         cols["prompt_id"] = [msgspec.json.encode(v).decode() for v in cols["prompt_id"]]
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
-    writer.writerows(zip(*map(_cells, cols.values()), strict=True))
-    return len(cols["run"])
+    n = len(cols["run"])
+    # A block of rows at a time: the cells of a whole table would be a list a column.
+    for start in range(0, n, _ROWS_AT_ONCE):
+        block = (c[start : start + _ROWS_AT_ONCE] for c in cols.values())
+        writer.writerows(zip(*map(_cells, block), strict=True))
+    return n
+
+
+_ROWS_AT_ONCE = 16_384
 
 
 def _cells(values: list[Any]) -> list[Any]:
