@@ -53,12 +53,15 @@ from .runs import RunEvents
 from .terms import (
     CHECKPOINT,
     DISPATCHED,
+    END_ABANDONED,
+    END_OPEN,
+    END_REFUSED,
+    END_SEALED,
     RESTORE_STARTED,
     RESUMED,
     SNAPSHOT,
     STEP,
     WEIGHTS,
-    EndKind,
 )
 from .tries import Run
 
@@ -526,11 +529,6 @@ def captured(a: Run, path: str) -> Capture:
     return Capture(None, None, None)
 
 
-# Plain ints: an enum member's look-up and comparison cost more, once a sibling.
-_OPEN, _SEALED = int(EndKind.OPEN), int(EndKind.SEALED)
-_ABANDONED, _REFUSED = int(EndKind.ABANDONED), int(EndKind.REFUSED)
-
-
 def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
     """The one place that decides each sibling's class at a stop of ``a`` restored by ``b``
     (see the module's rules), C being ``captured_at``."""
@@ -550,13 +548,13 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
         # The lost part of a resumed try begins at the capture, or at its start if later;
         # written so that a NaN time stays NaN rather than be taken as the larger.
         after_c = c if t0 < c else (t0 if captured_at is not None else math.nan)
-        if end == _OPEN:
+        if end == END_OPEN:
             in_flight[key] = i
             if resumed:
                 counted[key] = Counted("resumed", i, after_c, stop_time)
             else:
                 counted[key] = Counted("restarted", i, t0, stop_time)
-        elif end == _SEALED:
+        elif end == END_SEALED:
             if kept is None:
                 continue  # sealed before or after C: cannot be told
             t1 = end_time[i]
@@ -567,9 +565,9 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
                 counted[key] = Counted("resumed", i, after_c, t1)
             else:
                 counted[key] = Counted("redone", i, t0, t1)
-        elif end == _ABANDONED:
+        elif end == END_ABANDONED:
             why_not[key] = "abandoned"
-        elif end == _REFUSED:
+        elif end == END_REFUSED:
             why_not[key] = "refused"
     strangers: dict[SiblingKey, str] = {}
     for key in resumed_by_b:

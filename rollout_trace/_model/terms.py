@@ -58,6 +58,11 @@ from .._schema.events import (
 )
 
 __all__ = [
+    "END_ABANDONED",
+    "END_OPEN",
+    "END_REFUSED",
+    "END_SEALED",
+    "END_SUPERSEDED",
     "ABANDONED",
     "DISPATCHED",
     "KIND",
@@ -167,6 +172,11 @@ class EndKind(enum.IntEnum):
     ABANDONED = 3
     SUPERSEDED = 4
 
+
+# The end kinds as plain ints, for loops over tries: a member's look-up and
+# comparison cost more.
+END_OPEN, END_SEALED, END_REFUSED = int(EndKind.OPEN), int(EndKind.SEALED), int(EndKind.REFUSED)
+END_ABANDONED, END_SUPERSEDED = int(EndKind.ABANDONED), int(EndKind.SUPERSEDED)
 
 END_OF_KIND = {SEALED: EndKind.SEALED, REFUSED: EndKind.REFUSED, ABANDONED: EndKind.ABANDONED}
 

@@ -32,6 +32,8 @@ from .runs import AttemptTable, RunEvents
 from .terms import (
     DISPATCHED,
     END_OF_KIND,
+    END_OPEN,
+    END_SUPERSEDED,
     PLAIN_OUTCOME,
     RESTORE_FINISHED,
     RESTORE_STARTED,
@@ -154,7 +156,7 @@ class Tries:
         kinds = bytes(map((self._table.kind + b"\0").__getitem__, self.end))
         out = bytearray(kinds.translate(_END_KIND_OF))
         for i in self.superseded_at:
-            out[i] = _SUPERSEDED
+            out[i] = END_SUPERSEDED
         return out
 
     @functools.cached_property
@@ -245,7 +247,6 @@ def _siblings(t: Tries) -> SiblingIndex:
     return sib
 
 
-_OPEN, _SUPERSEDED = int(EndKind.OPEN), int(EndKind.SUPERSEDED)
 # Kind code -> its ``EndKind`` (``OPEN`` for any kind that ends nothing), and
 # -> itself for a start, else 0 (``bytes.translate``).
 _END_KIND_OF = bytes(int(END_OF_KIND.get(k, EndKind.OPEN)) for k in range(256))
@@ -318,4 +319,4 @@ class Run:
 
     def is_open(self, i: int) -> bool:
         """Whether try ``i`` is open at the run's last event (``terms.is_open``)."""
-        return self.tries.end_kind[i] == _OPEN
+        return self.tries.end_kind[i] == END_OPEN

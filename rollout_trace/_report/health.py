@@ -319,8 +319,7 @@ def _gaps(times: Iterable[float]) -> list[float]:
 def _durations(run: RunLine) -> Iterable[float]:
     """Start to end of every attempt started in the run that ended in it."""
     t = run.tries
-    ended = map(operator.ge, t.end_seq, itertools.repeat(0))
-    return compress(map(operator.sub, t.end, t.start), map(operator.and_, t.started, ended))
+    return compress(map(operator.sub, t.end, t.start), map(operator.and_, t.started, t.ended()))
 
 
 def stall_kind(open_s: float, at_clean_close: bool, stall_after: float) -> str | None:

@@ -94,7 +94,7 @@ def columns_of(tl: Timeline) -> dict[str, list[Any]]:
     for number, run in enumerate(tl.runs, 1):
         t = run.tries
         n = len(t)
-        ended = list(map(operator.ge, t.end_seq, itertools.repeat(0)))
+        ended = t.ended()
         both = list(map(operator.and_, t.started, ended))
         cols["run"] += [number] * n
         cols["run_id"] += [run.run_id] * n
