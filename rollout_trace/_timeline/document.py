@@ -32,9 +32,10 @@ a quarter of a microsecond.
 
 from __future__ import annotations
 
+import bisect
+import io
 import itertools
 import operator
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
@@ -44,16 +45,23 @@ import orjson
 from .._model.stops import StopCost
 from .._schema.decoding import AnyEvent
 from .._version import __version__
-from .links import FLOW_IN, FLOW_OUT, RunLinks, in_flight, plan_links
+from .links import FLOW_IN, FLOW_OUT, RunLinks, plan_links
 from .merge import Foreign
-from .model import OUTCOME_LABELS, Attempt, Mark, RunLine, Timeline, build_timeline, stop_figures
+from .model import (
+    OUTCOME_LABELS,
+    Mark,
+    RunLine,
+    Timeline,
+    TryColumns,
+    build_timeline,
+    stop_figures,
+)
 
 __all__ = [
     "CNAME",
     "MAX_US",
     "document_of",
     "timeline_document",
-    "trace_events",
     "us",
     "write_document",
 ]
@@ -101,25 +109,69 @@ def timeline_document(events: Iterable[AnyEvent]) -> dict[str, Any]:
 
 
 def document_of(tl: Timeline, merge: Sequence[Foreign] = ()) -> dict[str, Any]:
-    """The trace-event document of an already built ``Timeline``, with ``merge``'s events."""
-    return {"traceEvents": list(trace_events(tl, merge)), **_tail(tl, merge)}
+    """The trace-event document of an already built ``Timeline``, with ``merge``'s events:
+    the JSON ``write_document`` writes, read back."""
+    out = io.BytesIO()
+    write_document(tl, out, merge)
+    doc: dict[str, Any] = msgspec.json.decode(out.getbuffer())
+    return doc
 
 
 def write_document(tl: Timeline, out: BinaryIO, merge: Sequence[Foreign] = ()) -> int:
     """Write the document as JSON to ``out``, a chunk of events at a time; the bytes written.
 
-    The same JSON as ``document_of`` gives, without holding every trace
-    event as a dict at once.
+    Every trace event is in it, run by run, then the stops, then ``merge``'s;
+    no more than a chunk of them is held at once.
     """
     written = out.write(b'{"traceEvents":[')
-    first = True
-    events = trace_events(tl, merge)
-    while chunk := list(itertools.islice(events, _CHUNK)):
-        data = _dumps(chunk)[1:-1]
-        written += out.write(data if first else b"," + data)
-        first = False
+    sep = b""
+    for chunk in _chunks(tl, merge):
+        body = chunk[1:-1]
+        if body:
+            written += out.write(sep + body)
+            sep = b","
     written += out.write(b"]," + _dumps(_tail(tl, merge))[1:])
     return written
+
+
+def _chunks(tl: Timeline, merge: Sequence[Foreign]) -> Iterator[bytes]:
+    """The document's trace events as JSON arrays, in the document's order."""
+    plans = plan_links(tl, us)
+    first_id = 1
+    for run, links in zip(tl.runs, plans, strict=True):
+        pid = run.index + 1
+        yield _dumps(_metadata(run, pid, bool(links.trained)))
+        yield from map(_ENCODE, _attempts(run, links, first_id, pid, tl))
+        first_id += len(run.tries)
+        yield from _dumps_each(_others(run, links, pid))
+        yield from map(_ENCODE, _in_flight(run, pid))
+        yield _dumps(list(_lags(links, pid)))
+    by_id = {r.run_id: r for r in tl.runs}
+    for i, stop in enumerate(tl.stops, 1):
+        yield _dumps(_stop(i, stop, by_id))
+    first_pid = len(tl.runs) + 1
+    for foreign in merge:
+        first_pid = foreign.renumber(first_pid)
+        yield from _dumps_each(foreign.trace_events())
+
+
+def _dumps_each(events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
+    while chunk := list(itertools.islice(events, _CHUNK)):
+        yield _dumps(chunk)
+
+
+def _others(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]]:
+    """A run's marks, restores and the slices its steps' flows end on."""
+    for m in run.marks:
+        yield from _mark(m, pid)
+    for r in run.restores:
+        start = us(r.started)
+        end = start if r.finished is None else us(r.finished)
+        args: dict[str, Any] = {"path": r.path, "step": r.step}
+        if r.finished is None:
+            args["finished"] = "no restore_finished in this run"
+        yield _complete("restore", "restore", start, end, pid, _CONTROLLER, args, "rail_animation")
+    yield from _trained(run, links, pid)
 
 
 def _dumps(obj: Any) -> bytes:
@@ -170,37 +222,6 @@ def us_each(times: Sequence[float]) -> list[float]:
     return list(map(us, times))
 
 
-def trace_events(tl: Timeline, merge: Sequence[Foreign] = ()) -> Iterator[dict[str, Any]]:
-    """Every trace event of the document: run by run, then the stops, then ``merge``'s."""
-    plans = plan_links(tl, us)
-    slice_ids = itertools.count(1)
-    for run, links in zip(tl.runs, plans, strict=True):
-        pid = run.index + 1
-        yield from _metadata(run, pid, bool(links.trained))
-        for i, a in enumerate(run.attempts):
-            yield from _attempt(a, next(slice_ids), pid, tl, links.flows[i], links.flags[i])
-        for m in run.marks:
-            yield from _mark(m, pid)
-        for r in run.restores:
-            start = us(r.started)
-            end = start if r.finished is None else us(r.finished)
-            args: dict[str, Any] = {"path": r.path, "step": r.step}
-            if r.finished is None:
-                args["finished"] = "no restore_finished in this run"
-            yield _complete(
-                "restore", "restore", start, end, pid, _CONTROLLER, args, "rail_animation"
-            )
-        yield from _trained(run, links, pid)
-        yield from _counters(run, links, pid)
-    by_id = {r.run_id: r for r in tl.runs}
-    for i, stop in enumerate(tl.stops, 1):
-        yield from _stop(i, stop, by_id)
-    first_pid = len(tl.runs) + 1
-    for foreign in merge:
-        first_pid = foreign.renumber(first_pid)
-        yield from foreign.trace_events()
-
-
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": args}
 
@@ -223,7 +244,7 @@ def _metadata(run: RunLine, pid: int, trained: bool) -> list[dict[str, Any]]:
         tracks.append((_OTHER, name))
     if trained:
         tracks.append((_TRAINED, "trained (a trained try's flow ends here)"))
-    if run.attempts:
+    if len(run.tries):
         tracks.append((_ATTEMPTS, "attempts"))
     for tid, name in tracks:
         out.append(_meta("thread_name", pid, tid, {"name": name}))
@@ -277,77 +298,153 @@ def _instant(
     }
 
 
-def _attempt(
-    a: Attempt, slice_id: int, pid: int, tl: Timeline, flow: int, flags: int
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    args: dict[str, Any] = {
-        "outcome": a.outcome,
-        "group_id": a.group_id,
-        "prompt_id": a.prompt_id,
-        "generation_index": a.generation_index,
-        "attempt": a.attempt,
-    }
-    if a.reason is not None:
-        args["reason"] = a.reason
-    if a.weight_version is not None:
-        args["weight_version"] = a.weight_version
-    if a.resumed_turn is not None:
-        args["resumed_from_turn"] = a.resumed_turn
-    if not a.started:
-        args["started"] = "in an earlier run (no dispatch or resume in this one)"
-    if a.fate is not None:
-        args.update(_fate_args(a, tl))
-    name = OUTCOME_LABELS[a.outcome]
-    start = us(a.start)
-    # The end is never before the start, as the importer needs.
-    end = max(start, us(a.end))
-    scope = {"local": slice_id}
-    begin: dict[str, Any] = {
-        "ph": "b",
-        "name": name,
-        "cat": "attempt",
-        "id2": scope,
-        "ts": start,
-        "pid": pid,
-        "tid": _ATTEMPTS,
-        "cname": CNAME[a.outcome],
-        "args": args,
-    }
-    if flags:
-        begin["bind_id"] = flow
-        if flags & FLOW_IN:
-            begin["flow_in"] = True
-        if flags & FLOW_OUT:
-            begin["flow_out"] = True
-    finish = {
-        "ph": "e",
-        "name": name,
-        "cat": "attempt",
-        "id2": scope,
-        "ts": end,
-        "pid": pid,
-        "tid": _ATTEMPTS,
-    }
-    return begin, finish
+# An attempt's async slice, its args and its in-flight counter, encoded
+# from the run's try columns (msgspec writes JSON as orjson does): a
+# dict for each of millions of them was most of a document's time.
+class _Local(msgspec.Struct):
+    local: int
 
 
-def _fate_args(a: Attempt, tl: Timeline) -> dict[str, Any]:
-    """What stop ``a.stop`` did to the attempt, in words, under the name of its figure,
-    and the seconds of its work the stop lost (``lost_s``, where known)."""
-    stop = tl.stops[a.stop - 1]
-    b = tl.run_number(stop.restored_run)
-    out: dict[str, Any]
-    if a.fate == "redone":
-        out = {
-            "redone": f"sealed after the state run {b} restored at stop {a.stop} was captured, "
+class _Args(msgspec.Struct, omit_defaults=True):
+    # None: left out (``reason`` ... ``lost_s`` are written only where known).
+    outcome: str
+    group_id: Any
+    prompt_id: Any
+    generation_index: Any
+    attempt: Any
+    reason: Any = None
+    weight_version: Any = None
+    resumed_from_turn: Any = None
+    started: Any = None
+    redone: Any = None
+    after_stop: Any = None
+    lost_s: Any = None
+
+
+class _End(msgspec.Struct):
+    ph: str
+    name: str
+    cat: str
+    id2: _Local
+    ts: float
+    pid: int
+    tid: int
+
+
+class _Begin(_End):
+    cname: str
+    args: _Args
+    bind_id: int | msgspec.UnsetType = msgspec.UNSET
+    flow_in: bool | msgspec.UnsetType = msgspec.UNSET
+    flow_out: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Running(msgspec.Struct):
+    attempts: int
+
+
+class _Counter(msgspec.Struct):
+    ph: str
+    name: str
+    ts: float
+    pid: int
+    tid: int
+    args: _Running
+
+
+_ENCODE = msgspec.json.Encoder().encode
+_NOT_STARTED = {True: None, False: "in an earlier run (no dispatch or resume in this one)"}
+
+
+def _attempts(
+    run: RunLine, links: RunLinks, first_id: int, pid: int, tl: Timeline
+) -> Iterator[list[msgspec.Struct]]:
+    """Each try's ``b`` and ``e`` events, a chunk of tries at a time.
+
+    A try's slice id is ``first_id`` plus its place in the run; its end is
+    never before its start, as the importer needs.
+    """
+    t = run.tries
+    n = len(t)
+    rep = itertools.repeat
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        start = us_each(t.start[lo:hi])
+        end = list(map(max, start, us_each(t.end[lo:hi])))
+        outcome = t.outcome[lo:hi]
+        names = list(map(OUTCOME_LABELS.__getitem__, outcome))
+        m = hi - lo
+        redone: list[str | None] = [None] * m
+        after_stop: list[str | None] = [None] * m
+        lost_s: list[float | None] = [None] * m
+        fates = t.fate[lo:hi]
+        for i in itertools.compress(range(m), map(operator.is_not, fates, rep(None))):
+            redone[i], after_stop[i], lost_s[i] = _fate_args(t, lo + i, tl)
+        args = list(
+            map(
+                _Args,
+                outcome,
+                t.group_id[lo:hi],
+                t.prompt_id[lo:hi],
+                t.generation_index[lo:hi],
+                t.attempt[lo:hi],
+                t.reason[lo:hi],
+                t.weight_version[lo:hi],
+                t.resumed_turn[lo:hi],
+                map(_NOT_STARTED.__getitem__, t.started[lo:hi]),
+                redone,
+                after_stop,
+                lost_s,
+            )
+        )
+        bind: list[Any] = [msgspec.UNSET] * m
+        flow_in: list[Any] = [msgspec.UNSET] * m
+        flow_out: list[Any] = [msgspec.UNSET] * m
+        flags = links.flags[lo:hi]
+        for i in itertools.compress(range(m), flags):
+            bind[i] = links.flows[lo + i]
+            if flags[i] & FLOW_IN:
+                flow_in[i] = True
+            if flags[i] & FLOW_OUT:
+                flow_out[i] = True
+        ids = list(map(_Local, range(first_id + lo, first_id + hi)))
+        cat, pids, tid = rep("attempt"), rep(pid), rep(_ATTEMPTS)
+        cnames = map(CNAME.__getitem__, outcome)
+        begin = map(
+            _Begin,
+            rep("b"),
+            names,
+            cat,
+            ids,
+            start,
+            pids,
+            tid,
+            cnames,
+            args,
+            bind,
+            flow_in,
+            flow_out,
+        )
+        finish = map(_End, rep("e"), names, cat, ids, end, pids, tid)
+        yield list(itertools.chain.from_iterable(zip(begin, finish, strict=True)))
+
+
+def _fate_args(t: TryColumns, i: int, tl: Timeline) -> tuple[str | None, str | None, float | None]:
+    """What stop ``t.stop[i]`` did to try ``i``, in words (``redone``, else
+    ``after_stop``, each under the name of the figure that counts it), and the
+    seconds of its work the stop lost (``lost_s``, where known)."""
+    fate, stop_no = t.fate[i], t.stop[i]
+    b = tl.run_number(tl.stops[stop_no - 1].restored_run)
+    if fate == "redone":
+        text = (
+            f"sealed after the state run {b} restored at stop {stop_no} was captured, "
             "and not resumed, so done again (counted in redone)"
-        }
-    else:
-        where = "in flight at the stop" if a.open else "sealed after the capture"
-        out = {"after_stop": f"{a.fate} by run {b} at stop {a.stop} ({where}; counted in {a.fate})"}
-    if a.lost_s is not None:
-        out["lost_s"] = a.lost_s
-    return out
+        )
+        return text, None, t.lost_s[i]
+    is_open = t.started[i] and t.end_seq[i] < 0 and not t.superseded[i]
+    where = "in flight at the stop" if is_open else "sealed after the capture"
+    text = f"{fate} by run {b} at stop {stop_no} ({where}; counted in {fate})"
+    return None, text, t.lost_s[i]
 
 
 def _mark(m: Mark, pid: int) -> list[dict[str, Any]]:
@@ -370,16 +467,16 @@ def _trained(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]
     # next, and past 512 deep it drops them (and binds their flows elsewhere).
     nth, last = 0, None
     for t in links.trained:
-        a = t.attempt
+        tries, i = t.run.tries, t.at
         nth = nth + 1 if t.time == last else 0
         last = t.time
         ts = us(t.time) + nth
         args = {
             "step": t.step,
-            "group_id": a.group_id,
-            "prompt_id": a.prompt_id,
-            "generation_index": a.generation_index,
-            "attempt": a.attempt,
+            "group_id": tries.group_id[i],
+            "prompt_id": tries.prompt_id[i],
+            "generation_index": tries.generation_index[i],
+            "attempt": tries.attempt[i],
         }
         event = _complete(f"step {t.step}", "trained", ts, ts, pid, _TRAINED, args, "black")
         event["bind_id"] = t.flow
@@ -387,23 +484,48 @@ def _trained(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]
         yield event
 
 
-def _counter(name: str, ts: float, pid: int, args: dict[str, float]) -> dict[str, Any]:
-    return {"ph": "C", "name": name, "ts": ts, "pid": pid, "tid": _CONTROLLER, "args": args}
+def _in_flight(run: RunLine, pid: int) -> Iterator[list[_Counter]]:
+    """The run's ``in flight`` counter: the tries running just after each time
+    one starts or ends (a try runs from its start until its end: one of no
+    length adds nothing, one that ends where another starts is not counted
+    with it)."""
+    if not len(run.tries):
+        return
+    start = us_each(run.tries.start)
+    starts = sorted(start)
+    ends = sorted(map(max, start, us_each(run.tries.end)))
+    # Each time once, as the first of the starts equal to it holds it, else
+    # the first of the ends (0.0 and -0.0 are one time).
+    times = dict.fromkeys(starts)
+    times.update(dict.fromkeys(ends))
+    at = sorted(times)
+    rep = itertools.repeat
+    for lo in range(0, len(at), 2 * _CHUNK):
+        part = at[lo : lo + 2 * _CHUNK]
+        # Perfetto names the track "in flight attempts": the name, then the arg.
+        running = map(
+            operator.sub,
+            map(bisect.bisect_right, rep(starts), part),
+            map(bisect.bisect_right, rep(ends), part),
+        )
+        counts = map(_Running, running)
+        yield list(
+            map(_Counter, rep("C"), rep("in flight"), part, rep(pid), rep(_CONTROLLER), counts)
+        )
 
 
-def _counters(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]]:
-    if len(run.tries):
-        # Two arrays of doubles, not a list of event pairs: a run can hold millions of tries.
-        start = us_each(run.tries.start)
-        starts = array("d", sorted(start))
-        ends = array("d", sorted(map(max, start, us_each(run.tries.end))))
-        for ts, running in in_flight(starts, ends):
-            # Perfetto names the track "in flight attempts": the name, then the arg.
-            yield _counter("in flight", ts, pid, {"attempts": running})
+def _lags(links: RunLinks, pid: int) -> Iterator[dict[str, Any]]:
     for lag in links.lags:
         ts = us(lag.time)
-        yield _counter("policy lag (max)", ts, pid, {"versions": lag.max})
-        yield _counter("policy lag (p50)", ts, pid, {"versions": lag.p50})
+        for name, v in (("policy lag (max)", lag.max), ("policy lag (p50)", lag.p50)):
+            yield {
+                "ph": "C",
+                "name": name,
+                "ts": ts,
+                "pid": pid,
+                "tid": _CONTROLLER,
+                "args": {"versions": v},
+            }
 
 
 def _stop(i: int, stop: StopCost, by_id: dict[str, RunLine]) -> list[dict[str, Any]]:

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 from .._model.terms import same_use
 from .lineage import Lineage, TrainedStep, lag_of, quantile
-from .model import Attempt, Timeline
+from .model import RunLine, Timeline
 
 __all__ = [
     "FIRST_FLOW_ID",
@@ -70,11 +70,13 @@ Us = Callable[[float], float]
 
 @dataclass(slots=True)
 class Trained:
-    """A try a step trained, and the flow that ends at the step (0: none is drawn)."""
+    """A try a step trained (try ``at`` of ``run``: the step's run, or one it
+    was restored from), and the flow that ends at the step."""
 
     step: Any
     time: float
-    attempt: Attempt  # in the step's run, or in a run it was restored from
+    run: RunLine
+    at: int
     flow: int
 
 
@@ -105,29 +107,28 @@ class _Open(NamedTuple):
     links: RunLinks
     at: int
     start: float
-    attempt: Attempt
-    run: int  # its run's index
+    run: RunLine
 
 
-def _same_use(src: _Open, a: Attempt, run: int, tl: Timeline) -> bool:
-    """Whether ``a`` goes on with the use of its sibling that ``src`` belongs to
-    (``lineage``): the same group, and after a try that did not seal, or after
-    a seal thrown away (``a`` begun after it, with a higher attempt number in
-    its run, or in a run restored from it whose restored state does not hold
-    the seal: ``terms.same_use``)."""
-    b = src.attempt
-    if a.group_id != b.group_id:
+def _same_use(src: _Open, run: RunLine, i: int, tl: Timeline) -> bool:
+    """Whether try ``i`` of ``run`` goes on with the use of its sibling that
+    ``src`` belongs to (``lineage``): the same group, and after a try that did
+    not seal, or after a seal thrown away (begun after it, with a higher
+    attempt number in its run, or in a run restored from it whose restored
+    state does not hold the seal: ``terms.same_use``)."""
+    b, j, t = src.run.tries, src.at, run.tries
+    if t.group_id[i] != b.group_id[j]:
         return False  # a new use: a prompt that comes round again
-    if b.outcome != "sealed":
+    if b.outcome[j] != "sealed":
         return True
-    if src.run != run:
-        stopped = tl.runs[src.run].run_id
+    if src.run is not run:
+        stopped = src.run.run_id
         kept = tl.kept.get(stopped)
-        held = kept is not None and (b.prompt_id, b.generation_index) in kept
+        held = kept is not None and (b.prompt_id[j], b.generation_index[j]) in kept
         return same_use(
-            b.group_id, b.attempt, stopped, a.group_id, a.attempt, tl.runs[run].run_id, held
+            b.group_id[j], b.attempt[j], stopped, t.group_id[i], t.attempt[i], run.run_id, held
         )
-    return a.started and a.start_seq > b.end_seq and a.attempt > b.attempt
+    return t.started[i] and t.start_seq[i] > b.end_seq[j] and t.attempt[i] > b.attempt[j]
 
 
 _Sibling = tuple[Any, int]
@@ -144,50 +145,50 @@ def plan_links(tl: Timeline, us: Us) -> list[RunLinks]:
             restored_by.setdefault(stopped.index, restored.index)
     ids = itertools.count(FIRST_FLOW_ID)
     lineage = Lineage(tl)
-    # id(attempt) -> its run's links and its index there: a step may train a
-    # try of the run it was restored from.
-    where: dict[int, tuple[RunLinks, int]] = {}
+    # Run -> its links, for the runs planned so far: a step may train a try
+    # of the run it was restored from.
+    done: dict[int, RunLinks] = {}
     out: list[RunLinks] = []
     # Run index -> the tries handed on to it by the run it restored.
     handed: dict[int, dict[_Sibling, _Open]] = {}
     for run in tl.runs:
-        n = len(run.attempts)
+        t = run.tries
+        n = len(t)
         links = RunLinks(array("Q", bytes(8 * n)), bytearray(n))
         out.append(links)
+        done[id(run)] = links
         incoming = handed.pop(run.index, {})
         waiting: dict[_Sibling, _Open] = {}
-        for i, a in enumerate(run.attempts):
-            where[id(a)] = (links, i)
-            key = (a.prompt_id, a.generation_index)
+        keys = zip(t.prompt_id, t.generation_index, strict=True)
+        for i, key, start in zip(range(n), keys, map(us, t.start), strict=True):
             src = waiting.pop(key, None) if waiting else None
             if src is None and incoming:
                 # Popped at the sibling's first try in this run, whatever it is.
                 src = incoming.pop(key, None)
-            start = us(a.start)
             if (
                 src is not None
                 and src.start <= start
                 and not src.links.flags[src.at] & FLOW_OUT
-                and _same_use(src, a, run.index, tl)
+                and _same_use(src, run, i, tl)
             ):
                 fid = src.links.flows[src.at] or next(ids)
                 src.links.flows[src.at] = fid
                 src.links.flags[src.at] |= FLOW_OUT
                 links.flows[i] = fid
                 links.flags[i] |= FLOW_IN
-            waiting[key] = _Open(links, i, start, a, run.index)
+            waiting[key] = _Open(links, i, start, run)
         if waiting and run.index in restored_by:
             to = handed.setdefault(restored_by[run.index], {})
             for key, src in waiting.items():
                 to.setdefault(key, src)
-        _train(lineage.trained(run), links, where, ids, us)
+        _train(lineage.trained(run), links, done, ids, us)
     return out
 
 
 def _train(
     steps: list[TrainedStep],
     links: RunLinks,
-    where: dict[int, tuple[RunLinks, int]],
+    done: dict[int, RunLinks],
     ids: Iterator[int],
     us: Us,
 ) -> None:
@@ -197,16 +198,13 @@ def _train(
         at = us(step.time)
         lags: list[float] = []
         for run, i, wv in step.tries:
-            a = run.attempts[i]
-            held = where.get(id(a))
+            their = done.get(id(run))
             # A try trained by an earlier step keeps that flow (one bind_id a slice).
-            if held is not None and us(a.start) <= at:
-                their, i = held
-                if not their.flags[i] & FLOW_OUT:
-                    fid = their.flows[i] or next(ids)
-                    their.flows[i] = fid
-                    their.flags[i] |= FLOW_OUT
-                    links.trained.append(Trained(step.step, step.time, a, fid))
+            if their is not None and us(run.tries.start[i]) <= at and not their.flags[i] & FLOW_OUT:
+                fid = their.flows[i] or next(ids)
+                their.flows[i] = fid
+                their.flags[i] |= FLOW_OUT
+                links.trained.append(Trained(step.step, step.time, run, i, fid))
             lag = lag_of(step.weight_version, wv)
             if lag is not None:
                 lags.append(lag)

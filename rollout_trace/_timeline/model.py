@@ -205,7 +205,7 @@ class Timeline:
 
     @property
     def attempt_count(self) -> int:
-        return sum(len(r.attempts) for r in self.runs)
+        return sum(len(r.tries) for r in self.runs)
 
     def run_number(self, run_id: str | None) -> int | None:
         """The 1-based place of a run in the timeline, or None if it is not in it."""
