@@ -314,3 +314,30 @@ def test_a_ts_is_the_time_in_microseconds_rounded_to_three_places(t: float) -> N
     v = t * 1e6
     want = round(v, 3) if 0.0 <= v <= MAX_US else (MAX_US if v > MAX_US else 0.0)
     assert us(t) == want
+
+
+class _Sample(msgspec.Struct):
+    name: str
+    value: float
+
+
+class _Sampled(rt.Event, tag="test_timeline_sampled"):
+    """A user's own event whose field is a struct of its own."""
+
+    sample: _Sample | None = None
+    at: tuple[int, int] = (0, 0)
+
+
+def test_the_api_document_is_the_json_the_cli_writes(tmp_path: Path) -> None:
+    # A user's struct and a tuple among a mark's args: the document is plain
+    # JSON (json.dumps takes it), the very document `timeline -o x.json` writes.
+    sampled = _Sampled(sample=_Sample("gpu", 0.5), at=(3, 4))
+    events = make_run(1, td.T0, [(td.T0 + 1, disp(1, 0)), (td.T0 + 2, sampled)])
+    doc = rt.timeline_document(events)
+    trace = write(tmp_path / "t.jsonl", events)
+    out = tmp_path / "t.json"
+    assert main(["timeline", str(trace), "-o", str(out)]) == 0
+    assert json.loads(json.dumps(doc)) == json.loads(out.read_bytes())
+    (mark,) = [e for e in doc["traceEvents"] if e["name"] == "test_timeline_sampled"]
+    assert mark["args"]["sample"] == {"name": "gpu", "value": 0.5}
+    assert mark["args"]["at"] == [3, 4]
