@@ -33,7 +33,7 @@ import bisect
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -42,16 +42,15 @@ from .._schema.decoding import UnknownEvent
 from .._schema.events import (
     SCHEMA_VERSION,
     Event,
-    GroupReserved,
     SnapshotPublished,
     TraceClosed,
-    TraceOpened,
 )
 from .runs import Collector, RunEvents, normalize, settle
 from .terms import (
     ABANDONED,
     CLOSED,
     DISPATCHED,
+    END_OF_KIND,
     GROUP_RESERVED,
     OPENED,
     REFUSED,
@@ -65,7 +64,6 @@ from .terms import (
 from .tries import Tries, pass_run
 
 __all__ = [
-    "CHECKED",
     "UNIX_MAX",
     "UNIX_MIN",
     "Checker",
@@ -74,7 +72,6 @@ __all__ = [
     "Problem",
     "clock_of",
     "dispatch_breaks",
-    "event_problems",
     "seq_gaps",
     "seq_ranges",
 ]
@@ -89,9 +86,9 @@ UNIX_MAX = 1e11
 # The fields each event has that count from 0, and why (docs: Identity and
 # Reference > Rollout events and Lifecycle events). A step, a turn or a weight
 # version may be any integer: the docs give them no lower bound.
-_FROM_ZERO: dict[type[Event], tuple[tuple[str, str], ...]] = {
-    GroupReserved: (("size", "how many generations the group has"),),
-    TraceClosed: tuple(
+_FROM_ZERO: dict[int, tuple[tuple[str, str], ...]] = {
+    GROUP_RESERVED: (("size", "how many generations the group has"),),
+    CLOSED: tuple(
         (name, "a count of the run's events")
         for name in ("emitted", "written", "dropped", "invalid")
     ),
@@ -101,9 +98,8 @@ _SIBLING_FIELDS: tuple[tuple[str, str], ...] = (
     ("attempt", "a sibling's tries counted from 0"),
 )
 
-# The classes ``event_problems`` has rules for, besides the attempt events
+# The kinds ``line_problems`` has rules for, besides the attempt events
 # (which break one only with a negative attempt or generation_index).
-CHECKED: frozenset[type[Any]] = frozenset({*_FROM_ZERO, TraceOpened, SnapshotPublished})
 _CHECKED_KINDS = (GROUP_RESERVED, SNAPSHOT, OPENED, CLOSED)
 
 Severity = Literal["error", "warning", "note"]
@@ -125,19 +121,24 @@ def clock_of(t: float) -> str | None:
     return None
 
 
-def event_problems(ev: Event | UnknownEvent) -> list[Problem]:
-    """What is wrong with one event on its own, whatever the rest of its run holds.
+def line_problems(ev: Any) -> list[Problem]:
+    """What is wrong with one line's event on its own, whatever the rest of its run
+    holds: a negative count or number, a ``trace_opened`` that is not seq 0, ...
 
-    Only attempt events and those of the classes in ``CHECKED`` can have a problem here.
+    Only attempt events and those of ``_CHECKED_KINDS`` can have a problem here.
     """
+    kind = kind_of(ev)
+    attempt = is_attempt(kind)
+    if not attempt and kind not in _CHECKED_KINDS:
+        return []
     out: list[Problem] = []
-    kind: Any = type(ev)
-    fields = _SIBLING_FIELDS if is_attempt(kind_of(ev)) else _FROM_ZERO.get(kind, ())
-    for name, meaning in fields:
+    if kind == OPENED and ev.seq != 0:
+        out.append(Problem("error", f"trace_opened has seq {ev.seq}; it must be seq 0"))
+    for name, meaning in _SIBLING_FIELDS if attempt else _FROM_ZERO.get(kind, ()):
         value = getattr(ev, name)
         if value < 0:
             out.append(Problem("error", f"{name} {value} is negative; it is {meaning}, from 0"))
-    if isinstance(ev, TraceClosed):
+    if kind == CLOSED:
         for i, sink in enumerate(ev.sinks):
             if sink.written < 0:
                 out.append(
@@ -147,7 +148,7 @@ def event_problems(ev: Event | UnknownEvent) -> list[Problem]:
                         f"sink {sink.uri!r} wrote, from 0",
                     )
                 )
-    elif isinstance(ev, TraceOpened) and ev.schema != SCHEMA_VERSION:
+    elif kind == OPENED and ev.schema != SCHEMA_VERSION:
         out.append(
             Problem(
                 "warning",
@@ -155,7 +156,7 @@ def event_problems(ev: Event | UnknownEvent) -> list[Problem]:
                 f"{SCHEMA_VERSION} only and checks the run against it",
             )
         )
-    elif isinstance(ev, SnapshotPublished):
+    elif kind == SNAPSHOT:
         out.extend(_captured_at_problems(ev))
     return out
 
@@ -194,22 +195,6 @@ def _captured_at_problems(ev: SnapshotPublished) -> list[Problem]:
     ]
 
 
-def line_problems(ev: Any) -> list[Problem]:
-    """What is wrong with one line's event: ``event_problems``, and a ``trace_opened``
-    that is not seq 0."""
-    kind = kind_of(ev)
-    if is_attempt(kind):
-        if ev.attempt < 0 or ev.generation_index < 0:
-            return event_problems(ev)
-        return []
-    if kind not in _CHECKED_KINDS:
-        return []
-    out = []
-    if kind == OPENED and ev.seq != 0:
-        out.append(Problem("error", f"trace_opened has seq {ev.seq}; it must be seq 0"))
-    return out + event_problems(ev)
-
-
 # --- findings ---------------------------------------------------------------------
 
 
@@ -234,31 +219,22 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 Place = tuple[int, int]
 
 
-class _Settled(Protocol):
-    """What the line checks read of a run's settled lines (``RunEvents``, ``LeftOut``)."""
-
-    versions: list[int]
-    copies: list[tuple[int, int, int]]
-    same_file: int
-
-    @property
-    def events(self) -> Sequence[Any]: ...
-
-    @property
-    def seq(self) -> Sequence[int]: ...
-
-    @property
-    def src(self) -> Sequence[int] | None: ...
-
-    @property
-    def line(self) -> Sequence[int] | None: ...
-
-
 class LeftOut:
     """A run's lines that the model leaves out for their seq (``RunEvents.left_out``),
     settled by the model's own rule (``runs.normalize``): the same fields, seqs in a list."""
 
-    __slots__ = ("copies", "events", "line", "other_file", "same_file", "seq", "src", "versions")
+    __slots__ = (
+        "copies",
+        "events",
+        "kind",
+        "line",
+        "other_file",
+        "same_file",
+        "seq",
+        "src",
+        "time",
+        "versions",
+    )
 
     def __init__(self, run: RunEvents) -> None:
         self.events: list[Any] = []
@@ -280,10 +256,16 @@ class LeftOut:
                 self.seq.append(seq)
                 self.src.append(srcs[x])
                 self.line.append(lines[x])
+        self.kind = bytes(map(kind_of, self.events))
+        self.time = [ev.time for ev in self.events]
         self.copies = counts.copies
         self.same_file = counts.same_file
         self.other_file = counts.other_file
         self.versions = counts.versions
+
+
+# What the line checks read of a run's settled lines: the same fields in either.
+_Settled = RunEvents | LeftOut
 
 
 def seq_ranges(ranges: Iterable[tuple[int, int]], *seqs: Iterable[int]) -> list[tuple[int, int]]:
@@ -310,7 +292,7 @@ class _Roles:
     """Of a run's settled lines: which kept ones are versions (with the first line of
     their seq), and which lines repeat a seq of their own file (with the seq)."""
 
-    __slots__ = ("duplicates", "first", "versions")
+    __slots__ = ("duplicates", "first", "line", "src", "versions")
 
     def __init__(self, run: _Settled) -> None:
         self.versions: dict[int, Place] = {}
@@ -318,6 +300,7 @@ class _Roles:
         src, line = run.src, run.line
         assert src is not None
         assert line is not None
+        self.src, self.line = src, line
         seq = run.seq
         # The first line read of the run: a kept one (a copy comes after its own).
         self.first: Place | None = min(zip(src, line, strict=True), default=None)
@@ -337,15 +320,14 @@ class _Roles:
                 if this[0] == before[0]:
                     self.duplicates.append(((this[0], this[1]), s))
 
-    def place_of(self, run: _Settled, k: int) -> Place:
-        assert run.src is not None
-        assert run.line is not None
-        return (run.src[k], run.line[k])
+    def place_of(self, k: int) -> Place:
+        return (self.src[k], self.line[k])
 
 
 # --- the attempt rules, read off a run's tries -----------------------------------------
 
-_END_KIND = {EndKind.SEALED: SEALED, EndKind.REFUSED: REFUSED, EndKind.ABANDONED: ABANDONED}
+# The kind of the event that ends a try, by how it ends.
+_END_EVENT = {int(end): kind for kind, end in END_OF_KIND.items()}
 
 
 class _Events:
@@ -354,39 +336,35 @@ class _Events:
     def __init__(self, run: RunEvents, tries: Tries) -> None:
         self.run, self.tries = run, tries
 
-    def _find(self, j: int, seq: int, kind: int, by: Callable[[int], bool]) -> int:
+    def start(self, j: int) -> int:
+        t = self.tries
+        return self._find(j, t.start_seq, t.start_kind, t.start_kind[j])
+
+    def end(self, j: int) -> int:
+        t = self.tries
+        return self._find(j, t.end_seq, t.end_kind, _END_EVENT[t.end_kind[j]])
+
+    def _find(self, j: int, seqs: Sequence[int], codes: Sequence[int], kind: int) -> int:
+        """The event of kind ``kind`` that is try ``j``'s at ``seqs[j]`` (its start's
+        or its end's, as ``codes`` tells them)."""
         run, t = self.run, self.tries
+        seq, code = seqs[j], codes[j]
         lo, hi = bisect.bisect_left(run.seq, seq), bisect.bisect_right(run.seq, seq)
         if hi - lo == 1:
             return lo
-        # Versions of one seq: the n-th try with an event of this seq, kind and attempt
-        # has the n-th such event (the pass takes them in the run's order).
-        key = (t.prompt_id[j], t.generation_index[j], t.attempt[j])
+
+        def key_of(x: int) -> tuple[Any, int, int]:
+            return (t.prompt_id[x], t.generation_index[x], t.attempt[x])
 
         def same(i: int) -> bool:
             ev = run.events[i]
             return run.kind[i] == kind and (ev.prompt_id, ev.generation_index, ev.attempt) == key
 
-        def same_try(x: int) -> bool:
-            return (t.prompt_id[x], t.generation_index[x], t.attempt[x]) == key and by(x)
-
-        n = sum(1 for x in range(j) if same_try(x))
+        # Versions of one seq: the n-th try with an event of this seq, kind and attempt
+        # has the n-th such event (the pass takes them in the run's order).
+        key = key_of(j)
+        n = sum(1 for x in range(j) if seqs[x] == seq and codes[x] == code and key_of(x) == key)
         return [i for i in range(lo, hi) if same(i)][n]
-
-    def start(self, j: int) -> int:
-        t = self.tries
-        seq, kind = t.start_seq[j], t.start_kind[j]
-        return self._find(j, seq, kind, lambda x: t.start_seq[x] == seq and t.start_kind[x] == kind)
-
-    def end(self, j: int) -> int:
-        t = self.tries
-        seq, kind = t.end_seq[j], _END_KIND[EndKind(t.end_kind[j])]
-        return self._find(
-            j,
-            seq,
-            kind,
-            lambda x: t.end_seq[x] == seq and _END_KIND.get(EndKind(t.end_kind[x])) == kind,
-        )
 
 
 class _Sibling:
@@ -509,13 +487,13 @@ class _Run:
         return len(self.events.versions) + (len(left.versions) if left else 0)
 
     def opened(self) -> bool:
-        return any(OPENED in _kinds(v) for v in self.views())
+        return any(OPENED in v.kind for v in self.views())
 
     def closed(self) -> TraceClosed | None:
         """The highest-seq ``trace_closed``; of versions of one seq, the first in the
         model's order."""
         for view in reversed(self.views()):
-            kinds = _kinds(view)
+            kinds = view.kind
             i = kinds.rfind(CLOSED)
             if i >= 0:
                 first = kinds.index(CLOSED, bisect.bisect_left(view.seq, view.seq[i]))
@@ -524,29 +502,16 @@ class _Run:
         return None
 
 
-def _kinds(view: _Settled) -> bytes:
-    if isinstance(view, RunEvents):
-        return bytes(view.kind)
-    return bytes(kind_of(ev) for ev in view.events)
-
-
 class Checker:
     """Feed it the reader's problems and blocks; ``finish`` gives the findings.
 
-    Every finding goes to ``out`` (default: ``findings``), in the order the
-    module gives. ``files`` are the trace set's files, so that one without a
-    line is reported too. ``errors``, ``warnings`` and ``notes`` count the
-    findings; ``lines``, ``events`` and ``runs`` what was read.
+    Every finding goes to ``out``, in the order the module gives. ``files``
+    are the trace set's files, so that one without a line is reported too.
+    ``lines``, ``events`` and ``runs`` count what was read.
     """
 
-    def __init__(
-        self, files: Sequence[str] = (), out: Callable[[Finding], None] | None = None
-    ) -> None:
-        self.findings: list[Finding] = []
-        self._out = self.findings.append if out is None else out
-        self.errors = 0
-        self.warnings = 0
-        self.notes = 0
+    def __init__(self, files: Sequence[str], out: Callable[[Finding], None]) -> None:
+        self._emit = out
         self.lines = 0
         self.events = 0
         self.runs = 0
@@ -569,15 +534,6 @@ class Checker:
         if tally is None:
             tally = self._files[path] = [0, 0]
         return tally
-
-    def _emit(self, finding: Finding) -> None:
-        if finding.severity == "error":
-            self.errors += 1
-        elif finding.severity == "warning":
-            self.warnings += 1
-        else:
-            self.notes += 1
-        self._out(finding)
 
     # --- the read ----------------------------------------------------------------------
 
@@ -676,7 +632,7 @@ class Checker:
                 )
             for k, head in roles.versions.items():
                 ev = view.events[k]
-                at = roles.place_of(view, k)
+                at = roles.place_of(k)
                 second_read[at] = [
                     _line_finding(
                         "error",
@@ -690,19 +646,19 @@ class Checker:
                     )
                 ]
             for k in _to_check(view, run.tries):
-                at = roles.place_of(view, k)
+                at = roles.place_of(k)
                 found = line_problems(view.events[k])
                 if found:
                     into = second_read if k in roles.versions else first_read
                     into.setdefault(at, []).extend(
                         _line_finding(p.severity, names[at[0]], at[1], p.reason) for p in found
                     )
-            times = _times(view)
+            times = view.time
             if times and (min(times) < UNIX_MIN or max(times) > UNIX_MAX):
                 for k, t in enumerate(times):
                     if not UNIX_MIN <= t <= UNIX_MAX:
                         off = version_off if k in roles.versions else new_off
-                        off.append((roles.place_of(view, k), t))
+                        off.append((roles.place_of(k), t))
         if first is not None and not _RUN_ID.fullmatch(run.run_id):
             first_read.setdefault(first, []).insert(
                 0,
@@ -903,7 +859,7 @@ def _line_of(f: Finding) -> int:
 
 
 def _to_check(view: _Settled, tries: Tries) -> list[int]:
-    """The kept events a line rule may apply to: ``CHECKED`` ones, and attempt events
+    """The kept events a line rule may apply to: ``_CHECKED_KINDS`` ones, and attempt events
     where one has a negative number (``tries``: the run's)."""
     if not isinstance(view, RunEvents):
         return list(range(len(view.events)))
@@ -918,12 +874,6 @@ def _to_check(view: _Settled, tries: Tries) -> list[int]:
             out.append(i)
             i = kinds.find(code, i + 1)
     return sorted(out)
-
-
-def _times(view: _Settled) -> Sequence[float]:
-    if isinstance(view, RunEvents):
-        return view.time
-    return [ev.time for ev in view.events]
 
 
 def _tag(ev: Event | UnknownEvent) -> str:
