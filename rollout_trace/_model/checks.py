@@ -479,12 +479,10 @@ class _Run:
         return bool(self.events.repeats or (left and (left.copies or len(left.versions))))
 
     def read_twice(self) -> int:
-        left = self.left_out
-        return self.events.other_file + (left.other_file if left else 0)
+        return sum(v.other_file for v in self.views())
 
     def conflicts(self) -> int:
-        left = self.left_out
-        return len(self.events.versions) + (len(left.versions) if left else 0)
+        return sum(len(v.versions) for v in self.views())
 
     def opened(self) -> bool:
         return any(OPENED in v.kind for v in self.views())
