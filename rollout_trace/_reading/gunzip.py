@@ -26,8 +26,7 @@ what inflates so far, and the rest once it is there.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Generator, Iterator
-from typing import BinaryIO
+from collections.abc import Generator, Iterable, Iterator
 
 __all__ = ["MAGIC", "Cut", "Members", "gunzip", "is_member"]
 
@@ -35,6 +34,7 @@ MAGIC = b"\x1f\x8b\x08"
 # What every gzip member begins with; the third byte (the method) is checked
 # by zlib, so a damaged one is corrupt data rather than junk.
 _ID = MAGIC[:2]
+# The least text a chunk of ``gunzip`` holds (but where a member breaks).
 _READ = 1 << 20
 # The most text one inflate call gives, so a small member cannot expand into
 # a huge chunk (a long run of one byte).
@@ -261,21 +261,12 @@ class Members:
             yield Cut(f"{span} are not gzip data", torn=False)
 
 
-def gunzip(
-    f: BinaryIO, first: bytes, on_bytes: Callable[[int], None] | None
-) -> Iterator[bytes | Cut]:
-    """The text of every member of a gzip file, with a ``Cut`` where it breaks.
-
-    ``first`` is what was read of ``f`` already; ``on_bytes`` is told of every
-    raw byte read.
-    """
+def gunzip(chunks: Iterable[bytes]) -> Iterator[bytes | Cut]:
+    """The text of every member of a gzip file, its bytes read as ``chunks``, with a
+    ``Cut`` where it breaks."""
     members = Members()
-    chunk = first
-    while chunk:
-        if on_bytes is not None:
-            on_bytes(len(chunk))
+    for chunk in chunks:
         yield from _joined(members.feed(chunk))
-        chunk = f.read(_READ)
     yield from _joined(members.end())
 
 

@@ -45,7 +45,6 @@ _SPLIT_FLOOR = 32
 _MAX_LINE = 64 << 20
 # What of a skipped line is searched for its run_id and seq.
 _HEAD = 4096
-_GZIP_MAGIC = b"\x1f\x8b"
 # Read from a bad line to charge it to its run; the id may lack its closing
 # quote on a torn line.
 _RUN_ID = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,64})')
@@ -102,53 +101,25 @@ def _report(problems: Problems, problem: ReadProblem) -> None:
         problems(problem)
 
 
-def _run_id_of(raw: bytes) -> str | None:
-    m = _RUN_ID.search(raw)
-    return m.group(1).decode("utf-8", "replace") if m else None
-
-
-def _seq_of(raw: bytes) -> int | None:
-    m = _SEQ.search(raw)
-    return int(m.group(1)) if m else None
-
-
 # --- raw bytes -----------------------------------------------------------------
 
 
-class _Source:
+def _chunks(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[bytes | Cut]:
     """The decompressed bytes of one file, a chunk at a time, and ``Cut``s where
-    a gzip stream breaks (``gunzip``).
+    a gzip stream breaks (``gunzip``); ``on_bytes`` is told of every raw byte read."""
+    with open_trace(path) as f:
+        first = f.read(_CHUNK)
+        raw = _raw(f, first, on_bytes)
+        yield from gunzip(raw) if is_gzip(first, path.endswith(".gz")) else raw
 
-    A file named ``.gz`` that begins with gzip's magic bytes is gzip. Any
-    file is gzip when a member begins in its first chunk, at its start or
-    after junk: magic bytes that inflate to the start of a line. A text file
-    may begin with the magic bytes alone (a first line of garbage), even with
-    what zlib takes for the start of a header that never ends; it is read as
-    the lines it is.
 
-    A file named ``.gz`` is gzip too when its first chunk holds a NUL byte,
-    which no line of text holds, and does not begin with a line of JSON: zeros
-    where a crash lost what a file system had not written, or the deflate
-    data of a member whose header is lost. Read as text, such a file would
-    give up every member after the junk; gunzip reports the junk and reads on
-    from the next member it finds.
-    """
-
-    def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
-        self.path = path
-        self._on_bytes = on_bytes
-
-    def chunks(self) -> Iterator[bytes | Cut]:
-        with open_trace(self.path) as f:
-            first = f.read(_CHUNK)
-            if is_gzip(first, self.path.endswith(".gz")):
-                yield from gunzip(f, first, self._on_bytes)
-                return
-            while first:
-                if self._on_bytes is not None:
-                    self._on_bytes(len(first))
-                yield first
-                first = f.read(_CHUNK)
+def _raw(f: BinaryIO, chunk: bytes, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
+    """``chunk``, read of ``f`` already, and the rest of ``f``, each told to ``on_bytes``."""
+    while chunk:
+        if on_bytes is not None:
+            on_bytes(len(chunk))
+        yield chunk
+        chunk = f.read(_CHUNK)
 
 
 def open_trace(path: str, *, ahead: bool = True) -> BinaryIO:
@@ -244,8 +215,24 @@ class TextRange:
 
 
 def is_gzip(first: bytes, named_gz: bool) -> bool:
-    """Whether a file whose first chunk is ``first`` is read as gzip (see ``_Source``)."""
-    if first.startswith(_GZIP_MAGIC) and named_gz:
+    """Whether a file whose first chunk is ``first`` is read as gzip (``named_gz``:
+    its name ends in ``.gz``).
+
+    A file named ``.gz`` that begins with gzip's magic bytes is gzip. Any
+    file is gzip when a member begins in its first chunk, at its start or
+    after junk: magic bytes that inflate to the start of a line. A text file
+    may begin with the magic bytes alone (a first line of garbage), even with
+    what zlib takes for the start of a header that never ends; it is read as
+    the lines it is.
+
+    A file named ``.gz`` is gzip too when its first chunk holds a NUL byte,
+    which no line of text holds, and does not begin with a line of JSON: zeros
+    where a crash lost what a file system had not written, or the deflate
+    data of a member whose header is lost. Read as text, such a file would
+    give up every member after the junk; gunzip reports the junk and reads on
+    from the next member it finds.
+    """
+    if first.startswith(MAGIC[:2]) and named_gz:
         return True
     if named_gz and b"\0" in first:
         end = first.find(b"\n")
@@ -412,6 +399,7 @@ class _Block:
         self.problem(line_no, reason or "undecodable", torn=torn, raw=raw)
 
     def problem(self, line_no: int, reason: str, *, torn: bool, raw: bytes = b"") -> None:
+        run_id, seq = _RUN_ID.search(raw), _SEQ.search(raw)
         _report(
             self.problems,
             ReadProblem(
@@ -419,8 +407,8 @@ class _Block:
                 line=line_no,
                 reason=bounded(reason),
                 torn=torn,
-                run_id=_run_id_of(raw),
-                seq=_seq_of(raw),
+                run_id=run_id.group(1).decode("utf-8", "replace") if run_id else None,
+                seq=int(seq.group(1)) if seq else None,
             ),
         )
 
@@ -441,7 +429,7 @@ def iter_blocks(
     """
     many = block_decoder()
     for path in cast("list[str]", paths) if listed else expand_paths(paths):
-        yield from LineDecoder(path, problems, many).read(_Source(path, on_bytes).chunks())
+        yield from LineDecoder(path, problems, many).read(_chunks(path, on_bytes))
 
 
 class LineDecoder:

@@ -7,7 +7,7 @@ does, through the command line, and read its findings and verdict.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -573,13 +573,13 @@ def test_each_file_is_read_once_even_with_a_conflicting_copy(
     a.write_bytes(lines(CLEAN))
     b.write_bytes(lines(_sync_at_seal(CLEAN)))
     read: list[str] = []
-    chunks = reader._Source.chunks
+    chunks = reader._chunks
 
-    def counted(self: reader._Source) -> Iterator[bytes | Cut]:
-        read.append(self.path)
-        return chunks(self)
+    def counted(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[bytes | Cut]:
+        read.append(path)
+        return chunks(path, on_bytes)
 
-    monkeypatch.setattr(reader._Source, "chunks", counted)
+    monkeypatch.setattr(reader, "_chunks", counted)
     assert main(["validate", str(a), str(b)]) == 1
     assert read == [str(a), str(b)]
     out = capsys.readouterr().out

@@ -839,12 +839,12 @@ def test_cost_reads_every_file_once_whatever_its_copies_hold(
     # no file is read a second time (cost once read a set up to four times).
     files = build(tmp_path / "set")
     opened: list[str] = []
-    real = reader_module._Source.chunks
+    real = reader_module._chunks
 
-    def chunks(self: Any) -> Any:
-        opened.append(self.path)
-        return real(self)
+    def chunks(path: str, on_bytes: Any) -> Any:
+        opened.append(path)
+        return real(path, on_bytes)
 
-    monkeypatch.setattr(reader_module._Source, "chunks", chunks)
+    monkeypatch.setattr(reader_module, "_chunks", chunks)
     _cost(files, capsys, "--jobs", "1")
     assert sorted(opened) == sorted(str(f) for f in files)
