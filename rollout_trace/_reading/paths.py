@@ -9,18 +9,15 @@ link to nothing or to itself, a file that cannot be read. An object store URL
 from __future__ import annotations
 
 import errno
-import fnmatch
 import glob
 import os
 import stat
 from collections.abc import Iterable, Iterator
 
 from .._errors import TraceReadError
-from .stores import STORES, expand_url, foreign_scheme, is_url, url_key
+from .stores import STORES, SUFFIXES, expand_url, foreign_scheme, is_url, name_matches, url_key
 
 __all__ = ["expand_paths"]
-
-_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
 def expand_paths(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
@@ -114,7 +111,7 @@ def _why(path: str, given: str, exc: OSError, link: bool) -> str:
 
 
 def _folder(folder: str) -> Iterator[tuple[str, os.stat_result]]:
-    names = sorted(name for name in _listdir(folder, folder) if name.endswith(_SUFFIXES))
+    names = sorted(name for name in _listdir(folder, folder) if name.endswith(SUFFIXES))
     found = False
     for name in names:
         path = os.path.join(folder, name)
@@ -160,9 +157,7 @@ def _match(base: str, parts: list[str], given: str) -> Iterator[str]:
             yield from _match(sub, rest or ["*"], given)
     elif glob.has_magic(part):
         for name in sorted(_listdir(folder, given)):
-            if (name.startswith(".") and not part.startswith(".")) or not fnmatch.fnmatchcase(
-                name, part
-            ):
+            if not name_matches(name, part):
                 continue
             path = os.path.join(base, name)
             if rest and not os.path.isdir(path):

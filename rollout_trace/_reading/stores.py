@@ -39,11 +39,13 @@ from .._errors import TraceReadError
 
 __all__ = [
     "STORES",
+    "SUFFIXES",
     "NothingThere",
     "StoreFile",
     "StoreReadError",
     "is_url",
     "foreign_scheme",
+    "name_matches",
     "url_key",
     "expand_url",
     "known",
@@ -65,7 +67,8 @@ STORES: dict[str, tuple[str, str]] = {
     "abfss": ("azure", "adlfs"),
 }
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_SUFFIXES = (".jsonl", ".jsonl.gz")
+# The names of the trace files a folder (or a prefix) stands for.
+SUFFIXES = (".jsonl", ".jsonl.gz")
 # Bytes an object is read ahead by, a request each: a few of the reader's chunks.
 _BLOCK = 8 << 20
 # The S3 client's bounds. botocore's defaults wait 60 s for each read and retry
@@ -279,8 +282,7 @@ def _globbed(key: str, pattern: str) -> bool:
         elif j == len(names):
             ok = False
         elif glob.has_magic(parts[i]):
-            hidden = names[j].startswith(".") and not parts[i].startswith(".")
-            ok = not hidden and fnmatch.fnmatchcase(names[j], parts[i]) and match(i + 1, j + 1)
+            ok = name_matches(names[j], parts[i]) and match(i + 1, j + 1)
         else:
             ok = names[j] == parts[i] and match(i + 1, j + 1)
         if not ok:
@@ -288,6 +290,12 @@ def _globbed(key: str, pattern: str) -> bool:
         return ok
 
     return match(0, 0)
+
+
+def name_matches(name: str, part: str) -> bool:
+    """Whether ``name`` matches the glob ``part`` as ``glob`` has it: a name that
+    begins with a dot only where ``part`` does."""
+    return (part.startswith(".") or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)
 
 
 def expand_url(url: str) -> list[str]:
@@ -336,7 +344,7 @@ def expand_url(url: str) -> list[str]:
             matched = {
                 i["name"]: i
                 for i in sorted(listed, key=lambda i: str(i["name"]))
-                if i.get("type") == "file" and str(i["name"]).endswith(_SUFFIXES)
+                if i.get("type") == "file" and str(i["name"]).endswith(SUFFIXES)
             }
             if not matched:
                 raise NothingThere(f"{url!r} holds no .jsonl or .jsonl.gz object", prefix=True)
