@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -56,7 +56,6 @@ __all__ = [
     "Lag",
     "RunLinks",
     "Trained",
-    "in_flight",
     "plan_links",
 ]
 
@@ -211,23 +210,3 @@ def _train(
         if lags:
             lags.sort()
             links.lags.append(Lag(step.time, step.step, lags[-1], quantile(lags, 0.5), len(lags)))
-
-
-def in_flight(starts: Sequence[float], ends: Sequence[float]) -> Iterator[tuple[float, int]]:
-    """``(time, tries running just after it)`` at each time a try starts or ends.
-
-    ``starts`` and ``ends`` sorted; a try is running from its start until its
-    end, so one of no length adds nothing, and one that ends where another
-    starts is not counted with it.
-    """
-    i = j = running = 0
-    ns, ne = len(starts), len(ends)
-    while i < ns or j < ne:
-        t = starts[i] if j >= ne or (i < ns and starts[i] <= ends[j]) else ends[j]
-        while i < ns and starts[i] == t:
-            running += 1
-            i += 1
-        while j < ne and ends[j] == t:
-            running -= 1
-            j += 1
-        yield t, running
