@@ -209,8 +209,12 @@ class MarkTable:
         self.b = list(map(self.b.__getitem__, keep))
 
     def _rank(self, i: int) -> tuple[str, str, bool, float, str]:
-        # Lines that share a seq are one line read twice or corrupt data:
-        # which is kept must not depend on which came first (NaN included).
-        m = self.mark(i)
-        t = m.time
-        return (m.kind, m.name, t != t, t if t == t else 0.0, repr(m.values))
+        return rank(self.mark(i))
+
+
+def rank(m: Mark) -> tuple[str, str, bool, float, str]:
+    """Which of the marks that share a seq is kept, the least: lines that share a
+    seq are one line read twice or corrupt data, and which is kept must not
+    depend on which came first (NaN included)."""
+    t = m.time
+    return (m.kind, m.name, t != t, t if t == t else 0.0, repr(m.values))

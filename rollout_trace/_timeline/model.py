@@ -64,16 +64,7 @@ __all__ = [
 
 
 # Every way an attempt can end, in the order a legend lists them.
-OUTCOMES = (
-    "sealed",
-    "failed",
-    "dropped",
-    "cancelled",
-    "refused",
-    "abandoned_restart",
-    "whole_group",
-    "unended",
-)
+OUTCOMES = terms.OUTCOMES
 # How an outcome reads on the page and as a bar's name in the document.
 OUTCOME_LABELS = {
     "sealed": "sealed",
@@ -293,7 +284,7 @@ def timeline_of(ts: Model) -> Timeline:
         by_run.setdefault(r, {})[i] = given
     versions = ts.step_versions
     runs = [run_line(run, by_run.get(run.index, {}), versions[run.index]) for run in ts.runs]
-    times = [r.first_time for r in runs] + [_max_time(run) for run in ts.runs]
+    times = [r.first_time for r in runs] + [run.events.max_time for run in ts.runs]
     times += [c for r in runs for c in r.marks.captured()]
     return Timeline(
         runs=runs,
@@ -308,10 +299,6 @@ def timeline_of(ts: Model) -> Timeline:
 def build_timeline(events: Iterable[Any]) -> Timeline:
     """The timeline of a trace set's events (any order, any file layout)."""
     return timeline_of(analyze(list(events)))
-
-
-def _max_time(run: Run) -> float:
-    return run.events.max_time
 
 
 def _last_time(ev: RunEvents) -> float:
@@ -379,14 +366,14 @@ def run_line(
     kept: dict[int, Mark] = {}
     for i in others:
         seq = ev.seq[i]
-        mark = _other_mark(ev.events[i], ev.time[i], seq)
+        mark = Mark("other", ev.time[i], *event_fields(ev.events[i]), None, seq)
         held = kept.get(seq)
         if held is None:
             if len(kept) == OTHER_PER_RUN:
                 line.others_cut = True
                 continue
             kept[seq] = mark
-        elif _other_rank(mark) < _other_rank(held):
+        elif marks.rank(mark) < marks.rank(held):
             kept[seq] = mark
     for seq, mark in kept.items():
         table.add(marks.OTHER, seq, mark.time, mark)
@@ -527,16 +514,11 @@ _ZEROS, _SEALED = itertools.repeat(0), itertools.repeat("sealed")
 _IS_OPEN = bytes(1 if k == terms.END_OPEN else 0 for k in range(256))
 
 
-def _other_mark(e: Any, t: float, seq: int) -> Mark:
+def event_fields(e: Any) -> tuple[str, tuple[str, ...], tuple[Any, ...]]:
+    """An event's name, and its fields but the envelope as names and values: a
+    user's own event class's as they would be written, an ``UnknownEvent``'s as read."""
     if isinstance(e, UnknownEvent):
         fields = e.fields
-        return Mark("other", t, e.event, tuple(fields), tuple(fields.values()), None, seq)
-    # A user's own event class: its fields, as they would be written.
+        return e.event, tuple(fields), tuple(fields.values())
     keys = tuple(f for f in e.__struct_fields__ if f not in _ENVELOPE)
-    values = tuple(getattr(e, f) for f in keys)
-    return Mark("other", t, str(type(e).__struct_config__.tag), keys, values, None, seq)
-
-
-def _other_rank(m: Mark) -> tuple[str, bool, float, str]:
-    t = m.time
-    return (m.name, t != t, t if t == t else 0.0, repr(m.values))
+    return str(type(e).__struct_config__.tag), keys, tuple(getattr(e, f) for f in keys)
