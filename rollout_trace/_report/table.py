@@ -19,10 +19,9 @@ import msgspec
 from .._errors import RolloutTraceError
 from .._model import terms
 from .._model.stops import FIGURES
-from .._model.traceset import Model
-from .._schema.decoding import UnknownEvent
+from .._model.traceset import Model, _host_of
 from .._timeline.lineage import Lineage
-from .._timeline.model import Timeline
+from .._timeline.model import Timeline, event_fields
 
 __all__ = [
     "AttemptRow",
@@ -146,6 +145,16 @@ def _as_text(values: list[Any]) -> list[str | None]:
     return [None if v is None else msgspec.json.encode(v).decode() for v in values]
 
 
+def _int_column(pa: Any, cols: dict[str, list[Any]], name: str) -> Any:
+    """The Arrow type of a column of ints (``_kind``): int64, or a string column,
+    of each value's JSON text (put in ``cols``) where the ints are not all int64
+    nor all strs."""
+    kind = _kind(cols[name])
+    if kind == "json":
+        cols[name] = _as_text(cols[name])
+    return pa.int64() if kind == "int" else pa.string()
+
+
 def _kind(values: list[Any]) -> str:
     """How a column of ints is written: ``int`` (int64), ``str`` (every value a
     str, as it is) or ``json`` (each value's JSON text: ints past int64, or ints
@@ -220,10 +229,7 @@ def tries_table(columns: dict[str, list[Any]], open_: list[bool] | None = None) 
     for name in ("started_at", "ended_at", "duration_s", "lost_s"):
         types[name] = pa.float64()
     for name in _INT_COLUMNS:
-        kind = _kind(cols[name])
-        types[name] = pa.int64() if kind == "int" else pa.string()
-        if kind == "json":
-            cols[name] = _as_text(cols[name])
+        types[name] = _int_column(pa, cols, name)
     schema = pa.schema([(name, types.get(name, pa.string())) for name in COLUMNS])
     if open_ is not None:
         schema = schema.append(pa.field("open", pa.bool_()))
@@ -243,15 +249,6 @@ def write_parquet(columns: dict[str, list[Any]], out: BinaryIO) -> int:
 # --- the model's other tables, for the user's own questions (``rollout-trace sql``) ------
 
 
-def _ids(values: list[Any]) -> tuple[list[Any], str]:
-    """A column of ids as Arrow holds it: ints, strs, or (mixed) each one's JSON text."""
-    if all(v is None or (type(v) is int and v in _INT64) for v in values):
-        return values, "int"
-    if all(v is None or type(v) is str for v in values):
-        return values, "str"
-    return _as_text(values), "str"
-
-
 def events_table(ts: Model) -> Any:
     """Every event of the set, run by run in the run order, each run's in seq order:
     the envelope, the event's name, the fields most queries look at (null where an
@@ -264,19 +261,19 @@ def events_table(ts: Model) -> Any:
     for run in ts.runs:
         ev = run.events
         for i, e in enumerate(ev.events):
-            fields = _fields(e)
+            name, keys, values = event_fields(e)
+            fields = dict(zip(keys, values, strict=True))
             cols["run"].append(run.index + 1)
             cols["run_id"].append(run.run_id)
             cols["seq"].append(ev.seq[i])
             cols["time"].append(ev.time[i])
-            cols["event"].append(_name(e))
+            cols["event"].append(name)
             for n in (*common, *text):
                 cols[n].append(fields.get(n))
             cols["fields"].append(msgspec.json.encode(fields).decode())
     types: dict[str, Any] = {"run": pa.int32(), "seq": pa.int64(), "time": pa.float64()}
     for n in common:
-        cols[n], kind = _ids(cols[n])
-        types[n] = pa.int64() if kind == "int" else pa.string()
+        types[n] = _int_column(pa, cols, n)
     for n in text:
         cols[n] = [v if v is None or type(v) is str else str(v) for v in cols[n]]
     return pa.table(cols, schema=pa.schema([(n, types.get(n, pa.string())) for n in cols]))
@@ -351,10 +348,7 @@ def runs_table(ts: Model) -> Any:
     rows = []
     for run in ts.runs:
         ev = run.events
-        opened = ev.first_of(terms.OPENED)
-        host = pid = None
-        if opened is not None:
-            host, pid = ev.events[opened].host, ev.events[opened].pid
+        host, pid = _host_of(run)
         rows.append(
             {
                 "run": run.index + 1,
@@ -384,18 +378,3 @@ def runs_table(ts: Model) -> Any:
         ]
     )
     return pa.Table.from_pylist(rows, schema=schema)
-
-
-def _name(e: Any) -> str:
-    if isinstance(e, UnknownEvent):
-        return e.event
-    return str(type(e).__struct_config__.tag)
-
-
-_ENVELOPE = frozenset({"time", "run_id", "seq"})
-
-
-def _fields(e: Any) -> dict[str, Any]:
-    if isinstance(e, UnknownEvent):
-        return dict(e.fields)
-    return {f: getattr(e, f) for f in e.__struct_fields__ if f not in _ENVELOPE}
