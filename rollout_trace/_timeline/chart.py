@@ -28,7 +28,7 @@ from .labels import Layout, fit, text_box
 from .marks import Mark, MarkTable
 from .model import OUTCOME_LABELS, Attempt, RunLine, Timeline, stop_figures
 
-__all__ = ["COLOURS", "PRIORITY", "Chart", "Scale", "draw_chart", "fmt_rel"]
+__all__ = ["COLOURS", "PRIORITY", "REDO", "Chart", "Scale", "draw_chart", "fmt_rel"]
 
 # Okabe-Ito: told apart by most colour-blind readers too.
 COLOURS = {
@@ -55,6 +55,12 @@ PRIORITY = (
 _CODE = {o: i + 1 for i, o in enumerate(PRIORITY)}
 _RUNS_OF_EQUAL = re.compile(rb"([^\x00])\1*")
 _RUNS_OF_ONES = re.compile(rb"\x01+")
+# The white hatching over the work a stop lost (the page's legend draws it too).
+REDO = (
+    '<pattern id="redo" width="5" height="5" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="5" stroke="#fff" '
+    'stroke-width="2" stroke-opacity="0.8"/></pattern>'
+)
 
 AXIS_H = 30
 MARK_H = 30
@@ -155,9 +161,7 @@ def draw_chart(tl: Timeline) -> Chart:
         '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eceff3"/>'
         '<line x1="0" y1="0" x2="0" y2="6" stroke="#c5ccd6" stroke-width="2.5"/></pattern>'
-        '<pattern id="redo" width="5" height="5" patternUnits="userSpaceOnUse" '
-        'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="5" stroke="#fff" '
-        'stroke-width="2" stroke-opacity="0.8"/></pattern></defs>'
+        f"{REDO}</defs>"
     )
     _axis(chart, x, total_h)
     _downtime(chart, tl, x, bands)
@@ -192,24 +196,20 @@ def _axis(chart: Chart, x: Scale, h: float) -> None:
         k += 1
 
 
-def _stop_span(tl: Timeline, stop_no: int) -> tuple[float, float] | None:
-    """The stop's time and its restore_started time, if both are known numbers."""
-    figures, _ = stop_figures(tl.stops[stop_no - 1])
-    stop_time, downtime = figures["stop_time"], figures["downtime_s"]
-    if stop_time is None or downtime is None:
-        return None
-    return stop_time, stop_time + downtime
-
-
 def _downtimes(
     tl: Timeline, bands: list[Band]
 ) -> Iterator[tuple[StopCost, tuple[float, float], float, float]]:
-    """Each drawn stop: the stop, its span in time, and the top and bottom of its runs' bands."""
+    """Each drawn stop: the stop, its span in time (from the stop to restore_started,
+    both known numbers), and the top and bottom of its runs' bands."""
     where = {b[0].run_id: (b[1], b[1] + b[2]) for b in bands}
-    for i, stop in enumerate(tl.stops, 1):
-        span = _stop_span(tl, i)
-        if span is None or stop.stopped_run not in where or stop.restored_run not in where:
+    for stop in tl.stops:
+        figures, _ = stop_figures(stop)
+        stop_time, downtime = figures["stop_time"], figures["downtime_s"]
+        if stop_time is None or downtime is None:
             continue
+        if stop.stopped_run not in where or stop.restored_run not in where:
+            continue
+        span = (stop_time, stop_time + downtime)
         yield stop, span, where[stop.stopped_run][0], where[stop.restored_run][1]
 
 

@@ -15,7 +15,7 @@ from html import escape
 from .._model.stops import FIGURE_ROWS
 from .._schema.decoding import AnyEvent
 from .._version import __version__
-from .chart import COLOURS, PRIORITY, Chart, draw_chart, fmt_rel
+from .chart import COLOURS, PRIORITY, REDO, Chart, draw_chart, fmt_rel
 from .model import FATES, OUTCOME_LABELS, OUTCOMES, Timeline, build_timeline, stop_figures
 
 __all__ = ["NOTES_SHOWN", "timeline_html", "html_of"]
@@ -112,11 +112,6 @@ _FATE_LEGEND = {
         "sealed after the restored state was captured and not resumed, so done again",
     ),
 }
-_REDO_DEFS = (
-    '<defs><pattern id="redo" width="5" height="5" patternUnits="userSpaceOnUse" '
-    'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="5" stroke="#fff" '
-    'stroke-width="2" stroke-opacity="0.8"/></pattern></defs>'
-)
 _KEY_FIGURES = frozenset({"downtime_s", "lost_s", "lost_steps"})
 # Notes listed on the page (a run read twice is a note per run: a set of
 # thousands of runs copied twice would bury the stops); the document has all.
@@ -166,7 +161,8 @@ def html_of(tl: Timeline, *, title: str = "rollout_trace timeline") -> str:
         '<div class="wrap"><div class="chart">',
         chart.svg,
         "</div><aside>",
-        _cards(tl),
+        _stop_cards(tl),
+        _notes(tl),
         "</aside></div></body></html>",
     ]
     return head + "".join(body)
@@ -223,9 +219,9 @@ def _legend(counts: Counter[str], fates: dict[str, int | None]) -> str:
         svg, meaning = _FATE_LEGEND[fate]
         swatch = svg.format(**COLOURS)
         out.append(
-            f'<span title="{escape(meaning)}"><svg viewBox="0 0 14 14">{_REDO_DEFS}{swatch}</svg>'
-            f'<span class="k">{fate}</span> <span class="n">{_count(fates.get(fate, 0))}</span>'
-            "</span>"
+            f'<span title="{escape(meaning)}"><svg viewBox="0 0 14 14"><defs>{REDO}</defs>'
+            f'{swatch}</svg><span class="k">{fate}</span> '
+            f'<span class="n">{_count(fates.get(fate, 0))}</span></span>'
         )
     out.append('</div><div class="legend"><b>marks:</b>')
     for svg, label in _MARKER_LEGEND:
@@ -261,10 +257,6 @@ def _value(v: object, figure: str, t0: float) -> str:
         return f"{v:,}"
     assert isinstance(v, float)
     return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.1f}"
-
-
-def _cards(tl: Timeline) -> str:
-    return _stop_cards(tl) + _notes(tl)
 
 
 def _notes(tl: Timeline) -> str:
