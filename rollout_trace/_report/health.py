@@ -50,7 +50,6 @@ __all__ = [
     "Rate",
     "report_of",
     "spread",
-    "stall_kind",
 ]
 
 DEFAULT_STALL_AFTER = 600.0
@@ -206,8 +205,8 @@ def report_of(
         values = _RunValues(
             durations=list(_durations(run)),
             steps=[(step, *_lags(step)) for step in lineage.trained(run)],
-            step_gaps=_gaps(t for _, t, _ in _marks(run, STEP)),
-            sync_gaps=_gaps(t for _, t, _ in _marks(run, WEIGHTS)),
+            step_gaps=_gaps(run, STEP),
+            sync_gaps=_gaps(run, WEIGHTS),
         )
         report = _run_report(run, lineage, run_tries, values, stall_after)
         runs.append(report)
@@ -306,13 +305,10 @@ def _run_report(
     )
 
 
-def _marks(run: RunLine, code: int) -> list[tuple[int, float, object]]:
-    """(seq, time, a) of the run's marks of one kind, in seq order."""
+def _gaps(run: RunLine, code: int) -> list[float]:
+    """The intervals between the run's marks of one kind, in seq order."""
     m = run.marks
-    return [(m.seqs[i], m.times[i], m.a[i]) for i, c in enumerate(m.codes) if c == code]
-
-
-def _gaps(times: Iterable[float]) -> list[float]:
+    times = [m.times[i] for i, c in enumerate(m.codes) if c == code]
     return [b - a for a, b in itertools.pairwise(times)]
 
 
@@ -322,24 +318,19 @@ def _durations(run: RunLine) -> Iterable[float]:
     return compress(map(operator.sub, t.end, t.start), map(operator.and_, t.started, t.ended()))
 
 
-def stall_kind(open_s: float, at_clean_close: bool, stall_after: float) -> str | None:
-    """Whether a try open ``open_s`` seconds at its run's last event is a stall, and
-    which: open at a clean close no stop took up, or open too long; None if neither.
-    The one rule of ``report`` and ``watch``."""
-    if at_clean_close:
-        return "open_at_close"
-    if open_s > stall_after:
-        return "open_too_long"
-    return None
-
-
 def stalls_of(run: RunLine, stall_after: float) -> list[Stall]:
+    """The run's stalls, oldest first: each try open at its run's last event that is
+    open at a clean close no stop took up, or open longer than ``stall_after``
+    seconds. The one rule of ``report`` and ``watch``."""
     found = []
     t = run.tries
     for i in t.open_indices():
         open_s = run.last_time - t.start[i]
-        kind = stall_kind(open_s, run.closed and t.fate[i] is None, stall_after)
-        if kind is None:
+        if run.closed and t.fate[i] is None:
+            kind = "open_at_close"
+        elif open_s > stall_after:
+            kind = "open_too_long"
+        else:
             continue
         found.append(
             Stall(
