@@ -300,7 +300,6 @@ class _Figures:
     fates: dict[int, Fate]  # what the stops did to its tries (try index ->)
     host: str | None
     pid: int | None
-    first_time: float
     last_time: float
     closed: bool
     seals: list[float]  # the end time of each sealed try
@@ -334,7 +333,6 @@ def _figures(run: Run, fates: dict[int, Fate], stall_after: float) -> _Figures:
         fates=fates,
         host=line.host,
         pid=line.pid,
-        first_time=line.first_time,
         last_time=line.last_time,
         closed=line.closed,
         seals=seals,
@@ -377,10 +375,6 @@ class LiveRun:
     @property
     def pid(self) -> int | None:
         return self._f.pid
-
-    @property
-    def first_time(self) -> float:
-        return self._f.first_time
 
     @property
     def last_time(self) -> float:
