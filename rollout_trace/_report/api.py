@@ -6,9 +6,10 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable
-from typing import Any, Union
+from typing import Any
 
 from .._model import traceset
+from .._model.traceset import Source
 from .._reading.reader import Problems, ReadProblem, read
 from .._schema.decoding import AnyEvent
 from .._timeline.document import document_of
@@ -82,9 +83,6 @@ def analyze(source: traceset.Source, problems: Problems = None) -> TraceSet:
     the set).
     """
     return traceset.analyze(source, problems, TraceSet)
-
-
-Source = Union[str, "os.PathLike[str]", Iterable[Any]]
 
 
 def _events(source: Source, problems: list[ReadProblem]) -> Iterable[AnyEvent]:
