@@ -3,15 +3,12 @@ the commands in Python, each a function of the one model."""
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterable
 from typing import Any
 
 from .._model import traceset
 from .._model.traceset import Source
-from .._reading.reader import Problems, ReadProblem, read
-from .._schema.decoding import AnyEvent
+from .._reading.reader import Problems, ReadProblem
 from .._timeline.document import document_of
 from .._timeline.merge import load_foreign
 from .._timeline.model import Timeline, timeline_of
@@ -85,20 +82,6 @@ def analyze(source: traceset.Source, problems: Problems = None) -> TraceSet:
     return traceset.analyze(source, problems, TraceSet)
 
 
-def _events(source: Source, problems: list[ReadProblem]) -> Iterable[AnyEvent]:
-    """Events from paths (files, globs, folders; bad lines go to ``problems``)
-    or from events themselves."""
-    if isinstance(source, (str, os.PathLike)):
-        return read(source, problems)
-    it = iter(source)
-    first = next(it, None)
-    if first is None:
-        return ()
-    if isinstance(first, (str, os.PathLike)):
-        return read([first, *it], problems)
-    return itertools.chain([first], it)
-
-
 def health_report(source: Source, *, stall_after: float = DEFAULT_STALL_AFTER) -> HealthReport:
     """What ``rollout-trace report`` reports, for trace files (paths, globs,
     folders) or events: per run and for the set, attempts by outcome, tries per
@@ -119,4 +102,5 @@ def attempts(source: Source) -> list[AttemptRow]:
 
 
 def _timeline(source: Source, problems: list[ReadProblem]) -> Timeline:
-    return timeline_of(traceset.analyze(list(_events(source, problems))))
+    # Read as the commands read it: a note names the files it is about.
+    return timeline_of(traceset.analyze(source, problems))

@@ -8,6 +8,7 @@ the times and versions in the table of events.
 from __future__ import annotations
 
 import gzip
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from traced import KNOWN, Run, d, sealed, synced, trained, write_runs
 
 import rollout_trace as rt
+from rollout_trace._cli.main import main
 
 
 def _report(tmp_path: Path, runs: list[Run], stall_after: float = 600.0) -> rt.HealthReport:
@@ -176,3 +178,22 @@ def test_the_whole_set_pools_the_intervals_and_rates_of_its_runs(tmp_path: Path)
     # Steps: KNOWN's gaps 10 and 18; B trains one step (no gap).
     assert (report.step_interval_s.count, report.step_interval_s.max) == (2, 18.0)
     assert sum(report.sealed_per_s.per_s) * report.sealed_per_s.bucket_s == pytest.approx(4)
+
+
+def test_the_api_reports_what_the_command_reports_of_conflicting_copies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run written twice, one line of the copy edited: the note names both files,
+    # from rt.health_report(paths) as from `rollout-trace report` and rt.analyze.
+    [first] = write_runs(tmp_path / "set", [Run(KNOWN)])
+    lines = first.read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b'"attempt":0', b'"attempt":5', 1)
+    assert b'"attempt":5' in lines[3]
+    copy = first.with_name("copy.jsonl")
+    copy.write_bytes(b"".join(lines))
+    report = rt.health_report([first, copy])
+    note = report.notes[0]
+    assert "copies of the run disagree" in note and f"{copy}, {first}" in note
+    assert report.notes == rt.analyze([first, copy]).health().notes
+    assert main(["report", str(first), str(copy), "--json"]) == (1 if report.stalls else 0)
+    assert json.loads(capsys.readouterr().out)["notes"] == report.notes
