@@ -56,7 +56,12 @@ class TraceSet(traceset.Model):
         (the views of ``rollout-trace sql``). Needs pyarrow (the ``parquet`` extra)."""
         if name == "tries":
             tl = self.timeline()
-            flags = [a.open for r in tl.runs for a in r.attempts]
+            flags: list[bool] = []
+            for r in tl.runs:
+                run_flags = [False] * len(r.tries)
+                for i in r.tries.open_indices():
+                    run_flags[i] = True
+                flags += run_flags
             return table.tries_table(table.columns_of(tl), flags)
         makers = {
             "events": table.events_table,
