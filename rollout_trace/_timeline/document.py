@@ -33,16 +33,18 @@ a quarter of a microsecond.
 from __future__ import annotations
 
 import bisect
-import io
+import datetime
 import itertools
 import operator
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import msgspec
 import orjson
 
 from .._model.stops import StopCost
+from .._model.traceset import gc_paused
 from .._schema.decoding import AnyEvent
 from .._version import __version__
 from .links import FLOW_IN, FLOW_OUT, RunLinks, plan_links
@@ -109,12 +111,14 @@ def timeline_document(events: Iterable[AnyEvent]) -> dict[str, Any]:
 
 
 def document_of(tl: Timeline, merge: Sequence[Foreign] = ()) -> dict[str, Any]:
-    """The trace-event document of an already built ``Timeline``, with ``merge``'s events:
-    the JSON ``write_document`` writes, read back."""
-    out = io.BytesIO()
-    write_document(tl, out, merge)
-    doc: dict[str, Any] = msgspec.json.decode(out.getbuffer())
-    return doc
+    """The trace-event document of an already built ``Timeline``, with ``merge``'s events,
+    as plain values (``json.dump`` takes it): the events ``write_document`` writes."""
+    events: list[Any] = []
+    # Millions of acyclic records: the cyclic collector would walk them again and again.
+    with gc_paused():
+        for part in _parts(tl, merge):
+            events += msgspec.to_builtins(part.events)
+    return {"traceEvents": events, **msgspec.to_builtins(_tail(tl, merge))}
 
 
 def write_document(tl: Timeline, out: BinaryIO, merge: Sequence[Foreign] = ()) -> int:
@@ -125,39 +129,55 @@ def write_document(tl: Timeline, out: BinaryIO, merge: Sequence[Foreign] = ()) -
     """
     written = out.write(b'{"traceEvents":[')
     sep = b""
-    for chunk in _chunks(tl, merge):
-        body = chunk[1:-1]
-        if body:
-            written += out.write(sep + body)
-            sep = b","
+    for part in _parts(tl, merge):
+        if not part.events:
+            continue
+        if part.exact:
+            data = _ENCODE(part.events)
+        elif part.structs:
+            data = _dumps(msgspec.to_builtins(part.events, builtin_types=_AS_IS))
+        else:
+            data = _dumps(part.events)
+        written += out.write(sep + data[1:-1])
+        sep = b","
     written += out.write(b"]," + _dumps(_tail(tl, merge))[1:])
     return written
 
 
-def _chunks(tl: Timeline, merge: Sequence[Foreign]) -> Iterator[bytes]:
-    """The document's trace events as JSON arrays, in the document's order."""
+class _Part(NamedTuple):
+    """Trace events of the document, in its order: dicts, or structs (``structs``)
+    that msgspec writes as orjson does (``exact``: plain values only)."""
+
+    events: list[Any]
+    structs: bool = False
+    exact: bool = False
+
+
+def _parts(tl: Timeline, merge: Sequence[Foreign]) -> Iterator[_Part]:
+    """The document's trace events, a part at a time, in the document's order."""
     plans = plan_links(tl, us)
     first_id = 1
     for run, links in zip(tl.runs, plans, strict=True):
         pid = run.index + 1
-        yield _dumps(_metadata(run, pid, bool(links.trained)))
-        yield from map(_ENCODE, _attempts(run, links, first_id, pid, tl))
+        yield _Part(_metadata(run, pid, bool(links.trained)))
+        yield from _attempts(run, links, first_id, pid, tl)
         first_id += len(run.tries)
-        yield from _dumps_each(_others(run, links, pid))
-        yield from map(_ENCODE, _in_flight(run, pid))
-        yield _dumps(list(_lags(links, pid)))
+        yield from _each(_others(run, links, pid))
+        for counters in _in_flight(run, pid):
+            yield _Part(counters, structs=True, exact=True)
+        yield _Part(list(_lags(links, pid)))
     by_id = {r.run_id: r for r in tl.runs}
     for i, stop in enumerate(tl.stops, 1):
-        yield _dumps(_stop(i, stop, by_id))
+        yield _Part(_stop(i, stop, by_id))
     first_pid = len(tl.runs) + 1
     for foreign in merge:
         first_pid = foreign.renumber(first_pid)
-        yield from _dumps_each(foreign.trace_events())
+        yield from _each(foreign.trace_events())
 
 
-def _dumps_each(events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
+def _each(events: Iterator[dict[str, Any]]) -> Iterator[_Part]:
     while chunk := list(itertools.islice(events, _CHUNK)):
-        yield _dumps(chunk)
+        yield _Part(chunk)
 
 
 def _others(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]]:
@@ -353,12 +373,16 @@ class _Counter(msgspec.Struct):
 
 
 _ENCODE = msgspec.json.Encoder().encode
+_WIDE = 1e16
+_PLAIN = frozenset({int, str, bool, type(None)})
+# What orjson writes as it is (msgspec would give it another spelling).
+_AS_IS = (datetime.datetime, datetime.date, datetime.time)
 _NOT_STARTED = {True: None, False: "in an earlier run (no dispatch or resume in this one)"}
 
 
 def _attempts(
     run: RunLine, links: RunLinks, first_id: int, pid: int, tl: Timeline
-) -> Iterator[list[msgspec.Struct]]:
+) -> Iterator[_Part]:
     """Each try's ``b`` and ``e`` events, a chunk of tries at a time.
 
     A try's slice id is ``first_id`` plus its place in the run; its end is
@@ -367,6 +391,12 @@ def _attempts(
     t = run.tries
     n = len(t)
     rep = itertools.repeat
+    # msgspec writes what orjson does but for floats from 1e16 on (1e16, not
+    # 1e+16) and dates: times are below that, and ids are ints and strs but in
+    # events built in Python; a chunk with any other value is written as the
+    # other events are.
+    columns: tuple[Sequence[Any], ...] = (t.group_id, t.prompt_id, t.generation_index)
+    columns += (t.attempt, t.reason, t.weight_version, t.resumed_turn)
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
         start = us_each(t.start[lo:hi])
@@ -378,8 +408,11 @@ def _attempts(
         after_stop: list[str | None] = [None] * m
         lost_s: list[float | None] = [None] * m
         fates = t.fate[lo:hi]
+        exact = all(isinstance(c, array) or _PLAIN.issuperset(map(type, c[lo:hi])) for c in columns)
         for i in itertools.compress(range(m), map(operator.is_not, fates, rep(None))):
             redone[i], after_stop[i], lost_s[i] = _fate_args(t, lo + i, tl)
+            lost = lost_s[i]
+            exact = exact and (lost is None or -_WIDE < lost < _WIDE)
         args = list(
             map(
                 _Args,
@@ -426,7 +459,8 @@ def _attempts(
             flow_out,
         )
         finish = map(_End, rep("e"), names, cat, ids, end, pids, tid)
-        yield list(itertools.chain.from_iterable(zip(begin, finish, strict=True)))
+        events = list(itertools.chain.from_iterable(zip(begin, finish, strict=True)))
+        yield _Part(events, structs=True, exact=exact)
 
 
 def _fate_args(t: TryColumns, i: int, tl: Timeline) -> tuple[str | None, str | None, float | None]:

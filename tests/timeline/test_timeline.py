@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import orjson
 import pytest
 import timeline_data as td
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_rules import check_trace_events
-from scenario import disp, make_run, seal, write
+from scenario import disp, make_run, restore, restored, resume, seal, snapshot, step, write
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
@@ -340,4 +341,40 @@ def test_the_api_document_is_the_json_the_cli_writes(tmp_path: Path) -> None:
     assert json.loads(json.dumps(doc)) == json.loads(out.read_bytes())
     (mark,) = [e for e in doc["traceEvents"] if e["name"] == "test_timeline_sampled"]
     assert mark["args"]["sample"] == {"name": "gpu", "value": 0.5}
-    assert mark["args"]["at"] == [3, 4]
+    assert list(mark["args"]["at"]) == [3, 4]
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_every_number_of_the_written_document_is_spelled_one_way(
+    tmp_path: Path, wide: bool
+) -> None:
+    # A lost_s of 3e16 s (a clock far ahead): the attempts' args, the stop's figures
+    # and every other number of the file are spelled as orjson spells them.
+    at = 3e16 if wide else 130.0
+    a = make_run(
+        1,
+        90.0,
+        [
+            (100.0, disp(1, 0)),
+            (111.0, snapshot(1, "/s", captured_at=110.0)),
+            (112.0, disp(2, 0)),
+            (118.0, seal(2, 0)),
+            (at, seal(1, 0)),
+            (at + 10, step(1)),
+        ],
+    )
+    later = at + 1e3
+    b = make_run(
+        2,
+        later,
+        [
+            (later + 1, restore("/s", 1)),
+            (later + 2, resume(1, 0)),
+            (later + 3, restored(1)),
+        ],
+    )
+    out = tmp_path / "t.json"
+    assert main(["timeline", str(write(tmp_path / "t.jsonl", [*a, *b])), "-o", str(out)]) == 0
+    data = out.read_bytes()
+    assert data == orjson.dumps(orjson.loads(data))
+    assert (b"e+16" in data) == wide
