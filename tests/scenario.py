@@ -129,3 +129,28 @@ def interleave(runs: Sequence[Sequence[rt.Event]], seed: int) -> list[rt.Event]:
         if not q:
             queues.remove(q)
     return out
+
+
+def captured_stop(sealed_at: float = 120.0) -> list[rt.Event]:
+    """Run 1 snapshots ``/s`` at C = 110 (published 111), dispatches prompts 1 and 2
+    (100, 112), seals 2 at 118 and 1 at ``sealed_at``, trains step 1 ten seconds
+    later; run 2, 20 s after that seal, restores ``/s`` and resumes prompt 1.
+
+    With the defaults, the stop resumes prompt 1 (lost from C to its seal,
+    half its try) and redoes prompt 2 (all of it).
+    """
+    a = make_run(
+        1,
+        90.0,
+        [
+            (100.0, disp(1, 0)),
+            (111.0, snapshot(1, "/s", captured_at=110.0)),
+            (112.0, disp(2, 0)),
+            (118.0, seal(2, 0)),
+            (sealed_at, seal(1, 0)),
+            (sealed_at + 10, step(1)),
+        ],
+    )
+    t = sealed_at + 20
+    b = make_run(2, t, [(t + 1, restore("/s", 1)), (t + 2, resume(1, 0)), (t + 3, restored(1))])
+    return a + b

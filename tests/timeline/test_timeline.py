@@ -14,7 +14,7 @@ import timeline_data as td
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_rules import check_trace_events
-from scenario import disp, make_run, restore, restored, resume, seal, snapshot, step, write
+from scenario import captured_stop, disp, make_run, seal, write
 
 import rollout_trace as rt
 from rollout_trace._cli.main import main
@@ -350,31 +350,9 @@ def test_every_number_of_the_written_document_is_spelled_one_way(
 ) -> None:
     # A lost_s of 3e16 s (a clock far ahead): the attempts' args, the stop's figures
     # and every other number of the file are spelled as orjson spells them.
-    at = 3e16 if wide else 130.0
-    a = make_run(
-        1,
-        90.0,
-        [
-            (100.0, disp(1, 0)),
-            (111.0, snapshot(1, "/s", captured_at=110.0)),
-            (112.0, disp(2, 0)),
-            (118.0, seal(2, 0)),
-            (at, seal(1, 0)),
-            (at + 10, step(1)),
-        ],
-    )
-    later = at + 1e3
-    b = make_run(
-        2,
-        later,
-        [
-            (later + 1, restore("/s", 1)),
-            (later + 2, resume(1, 0)),
-            (later + 3, restored(1)),
-        ],
-    )
+    events = captured_stop(3e16 if wide else 120.0)
     out = tmp_path / "t.json"
-    assert main(["timeline", str(write(tmp_path / "t.jsonl", [*a, *b])), "-o", str(out)]) == 0
+    assert main(["timeline", str(write(tmp_path / "t.jsonl", events)), "-o", str(out)]) == 0
     data = out.read_bytes()
     assert data == orjson.dumps(orjson.loads(data))
     assert (b"e+16" in data) == wide

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 import timeline_data as td
 from headless import CHROMIUM, Page
-from scenario import disp, make_run, restore, restored, resume, seal, snapshot, step
+from scenario import captured_stop, disp, make_run, restore, restored, resume, seal, snapshot, step
 
 import rollout_trace as rt
 from rollout_trace._model.stops import FIGURES
@@ -126,20 +126,8 @@ def test_a_resumed_try_is_hatched_from_the_capture_and_a_redone_one_whole() -> N
     # C = 110. Prompt 1: dispatched 100, sealed 120, resumed by B: its lost part
     # is 110-120, half its bar. Prompt 2: dispatched 112, sealed 118, not
     # resumed: redone, all of it.
-    a = make_run(
-        1,
-        90.0,
-        [
-            (100.0, disp(1, 0)),
-            (111.0, snapshot(1, "/s", captured_at=110.0)),
-            (112.0, disp(2, 0)),
-            (118.0, seal(2, 0)),
-            (120.0, seal(1, 0)),
-            (130.0, step(1)),
-        ],
-    )
-    b = make_run(2, 140.0, [(141.0, restore("/s", 1)), (142.0, resume(1, 0)), (143.0, restored(1))])
-    page = rt.timeline_html(a + b)
+    events = captured_stop()
+    page = rt.timeline_html(events)
     bars = re.findall(
         r'<rect x="([\d.]+)" y="[^"]*" width="([\d.]+)" [^>]*class="o-sealed"><title>group grp-(\d)'
         r'[^<]*</title></rect><rect x="([\d.]+)" y="[^"]*" width="([\d.]+)" [^>]*class="f-lost"/>',
@@ -153,7 +141,7 @@ def test_a_resumed_try_is_hatched_from_the_capture_and_a_redone_one_whole() -> N
     assert (hx, hw) == (bx, bw)
     legend = _legend(page)
     assert (legend["resumed"], legend["restarted"], legend["redone"]) == (1, 0, 1)
-    doc = rt.timeline_document(a + b)
+    doc = rt.timeline_document(events)
     args = {
         e["args"]["prompt_id"]: e["args"]
         for e in doc["traceEvents"]
