@@ -752,7 +752,7 @@ def stop_notes(a: Run, b: Run, cost: StopCost, classes: StopClasses) -> Iterator
         bt = b.tries
         for i in range(len(bt)):
             if bt.start_kind[i] == RESUMED:
-                got = resumes.setdefault(bt.sibling(i), [])
+                got = resumes.setdefault((bt.prompt_id[i], bt.generation_index[i]), [])
                 if bt.attempt[i] not in got:
                     got.append(bt.attempt[i])
         shown = "; ".join(

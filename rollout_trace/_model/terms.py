@@ -83,10 +83,7 @@ __all__ = [
     "EndKind",
     "canonical",
     "is_attempt",
-    "is_open",
     "is_rollout",
-    "is_sealed",
-    "is_start",
     "kind_of",
     "outcome_of",
     "run_order_key",
@@ -153,10 +150,6 @@ def is_attempt(kind: int) -> bool:
     return DISPATCHED <= kind <= ABANDONED
 
 
-def is_start(kind: int) -> bool:
-    return kind in (DISPATCHED, RESUMED)
-
-
 def is_rollout(kind: int) -> bool:
     """A rollout event: every built-in kind but the lifecycle ones. Its first, by
     seq, tells whether a run's rollout work begins with a restore."""
@@ -179,15 +172,6 @@ END_OPEN, END_SEALED, END_REFUSED = int(EndKind.OPEN), int(EndKind.SEALED), int(
 END_ABANDONED, END_SUPERSEDED = int(EndKind.ABANDONED), int(EndKind.SUPERSEDED)
 
 END_OF_KIND = {SEALED: EndKind.SEALED, REFUSED: EndKind.REFUSED, ABANDONED: EndKind.ABANDONED}
-
-
-def is_open(end: EndKind) -> bool:
-    """Open: no end event of its attempt and no later start of it by the run's last event."""
-    return end == EndKind.OPEN
-
-
-def is_sealed(end: EndKind) -> bool:
-    return end == EndKind.SEALED
 
 
 # The outcome of every end but an abandon's, which its reason tells.

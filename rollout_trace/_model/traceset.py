@@ -170,7 +170,7 @@ class Model:
             host, pid = _host_of(run)
             t = run.tries
             for i in range(len(t)):
-                started = t.started(i)
+                started = t.start_kind[i] != 0
                 end = EndKind(t.end_kind[i])
                 ended = t.end_seq[i] >= 0
                 given = fates.get((run.index, i))
@@ -186,7 +186,7 @@ class Model:
                     started_at=t.start_time[i] if started else None,
                     ended_at=t.end_time[i] if ended else None,
                     duration_s=t.end_time[i] - t.start_time[i] if started and ended else None,
-                    outcome=t.outcome(i),
+                    outcome=t.outcomes[i],
                     reason=t.reason[i],
                     weight_version=t.weight_version[i],
                     resumed_turn=t.turn[i],

@@ -24,7 +24,7 @@ import operator
 from array import array
 from collections.abc import Sequence
 from itertools import compress
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -32,7 +32,6 @@ from .runs import AttemptTable, RunEvents
 from .terms import (
     DISPATCHED,
     END_OF_KIND,
-    END_OPEN,
     END_SUPERSEDED,
     PLAIN_OUTCOME,
     RESTORE_FINISHED,
@@ -84,12 +83,6 @@ class Tries:
     def __len__(self) -> int:
         return len(self.first)
 
-    def started(self, i: int) -> bool:
-        return self.start_kind[i] != 0
-
-    def outcome(self, i: int) -> str:
-        return self.outcomes[i]
-
     @functools.cached_property
     def outcomes(self) -> tuple[str, ...]:
         """Each try's outcome (``terms.outcome_of``)."""
@@ -98,9 +91,6 @@ class Tries:
         for i in compress(range(len(out)), map(operator.is_, out, _NONE)):
             out[i] = outcome_of(self.end_kind[i], self.reason[i])
         return tuple(out)
-
-    def sibling(self, i: int) -> SiblingKey:
-        return (self.prompt_id[i], self.generation_index[i])
 
     def _at_first(self, column: Sequence[Any]) -> Sequence[Any]:
         """``column`` at each try's first event: an array of a column that is one,
@@ -191,14 +181,11 @@ class Tries:
 _NONE = itertools.repeat(None)
 
 
-class SiblingIndex:
+class SiblingIndex(NamedTuple):
     """Per sibling of a run: its last started try, and whether the run resumed it."""
 
-    __slots__ = ("last_start", "resumed")
-
-    def __init__(self) -> None:
-        self.last_start: dict[SiblingKey, int] = {}
-        self.resumed: set[SiblingKey] = set()
+    last_start: dict[SiblingKey, int]
+    resumed: set[SiblingKey]
 
 
 def pass_run(run: RunEvents) -> tuple[Tries, SiblingIndex]:
@@ -233,7 +220,6 @@ def pass_run(run: RunEvents) -> tuple[Tries, SiblingIndex]:
 
 def _siblings(t: Tries) -> SiblingIndex:
     started = list(compress(range(len(t)), t.start_kind))
-    sib = SiblingIndex()
     sibs = list(
         zip(
             map(t.prompt_id.__getitem__, started),
@@ -241,10 +227,8 @@ def _siblings(t: Tries) -> SiblingIndex:
             strict=True,
         )
     )
-    sib.last_start = dict(zip(sibs, started, strict=True))
     resumed = map(operator.eq, map(t.start_kind.__getitem__, started), itertools.repeat(RESUMED))
-    sib.resumed = set(compress(sibs, resumed))
-    return sib
+    return SiblingIndex(dict(zip(sibs, started, strict=True)), set(compress(sibs, resumed)))
 
 
 # Kind code -> its ``EndKind`` (``OPEN`` for any kind that ends nothing), and
@@ -287,7 +271,7 @@ def restores_of(run: RunEvents) -> list[Restore]:
         ev = run.events[i]
         if k == RESTORE_STARTED:
             out.append(Restore(run.time[i], None, ev.path, ev.step))
-        elif k == RESTORE_FINISHED:
+        else:
             waiting = next((r for r in out if r.finished is None), None)
             if waiting is None:
                 out.append(Restore(run.time[i], run.time[i], "", ev.step))
@@ -316,7 +300,3 @@ class Run:
     @property
     def run_id(self) -> str:
         return self.events.run_id
-
-    def is_open(self, i: int) -> bool:
-        """Whether try ``i`` is open at the run's last event (``terms.is_open``)."""
-        return self.tries.end_kind[i] == END_OPEN
