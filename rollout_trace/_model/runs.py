@@ -31,13 +31,6 @@ from typing import Any, NamedTuple, Union, overload
 
 import msgspec
 
-from .._schema.events import (
-    AttemptAbandoned,
-    AttemptDispatched,
-    AttemptRefused,
-    AttemptResumed,
-    AttemptSealed,
-)
 from .._schema.registry import REGISTRY
 from .terms import (
     ABANDONED,
@@ -46,12 +39,9 @@ from .terms import (
     OPENED,
     OTHER,
     REFUSED,
-    RESTORE_FINISHED,
-    RESTORE_STARTED,
     RESUMED,
     SEALED,
     SEQ_LIMIT,
-    SNAPSHOT,
     STEP,
     canonical,
     is_attempt,
@@ -70,7 +60,6 @@ _run_id_of = operator.attrgetter("run_id")
 _kind_of_type: Any = KIND.get
 _OTHER = itertools.repeat(OTHER)
 _ZERO = itertools.repeat(0)
-_EMPTY = itertools.repeat("")
 _NONE = itertools.repeat(None)
 
 _prompt_of = operator.attrgetter("prompt_id")
@@ -84,13 +73,7 @@ _NO = itertools.repeat(False)
 _GROUPED = {cls: True for cls in KIND if "group_id" in cls.__struct_fields__}
 
 # How ``Columns`` makes a row's event again.
-_ROW_CLASS: dict[int, Any] = {
-    DISPATCHED: AttemptDispatched,
-    RESUMED: AttemptResumed,
-    SEALED: AttemptSealed,
-    REFUSED: AttemptRefused,
-    ABANDONED: AttemptAbandoned,
-}
+_ROW_CLASS: dict[int, Any] = {code: cls for cls, code in KIND.items() if is_attempt(code)}
 # The column that holds each field of a row.
 _COLUMN_OF = {
     "prompt_id": "p",
@@ -567,11 +550,6 @@ class RunEvents:
                 out.append((s, s))
         return out
 
-    def gaps(self) -> list[tuple[int, int]]:
-        """The seqs missing between the lowest and the highest kept one, as ranges."""
-        r = self.ranges()
-        return [(a[1] + 1, b[0] - 1) for a, b in itertools.pairwise(r)]
-
     def where(self, *kinds: int) -> list[int]:
         """The indices of the events of ``kinds``, in seq order (found in C)."""
         flags = bytearray(256)
@@ -621,19 +599,6 @@ class RunEvents:
         """``(step, time)`` of each ``step_trained``, in seq order."""
         ev = self.events
         return [(ev[i].step, self.time[i]) for i in self.where(STEP)]
-
-    def published(self, kind: int) -> dict[str, float]:
-        """Path -> value of the latest (by seq) ``snapshot_published`` (its
-        ``captured_at``) or ``trainer_checkpoint_published`` (its time)."""
-        out: dict[str, float] = {}
-        ev = self.events
-        for i in self.where(kind):
-            out[ev[i].path] = ev[i].captured_at if kind == SNAPSHOT else self.time[i]
-        return out
-
-    def restores(self) -> tuple[int | None, int | None]:
-        """The indices of the lowest-seq ``restore_started`` and ``restore_finished``."""
-        return self.first_of(RESTORE_STARTED), self.first_of(RESTORE_FINISHED)
 
 
 def normalize(

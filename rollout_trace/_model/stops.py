@@ -49,6 +49,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from .checks import seq_ranges
 from .runs import RunEvents
 from .terms import (
     CHECKPOINT,
@@ -57,6 +58,7 @@ from .terms import (
     END_OPEN,
     END_REFUSED,
     END_SEALED,
+    RESTORE_FINISHED,
     RESTORE_STARTED,
     RESUMED,
     SNAPSHOT,
@@ -278,8 +280,8 @@ def stops_of(
     """
     published: dict[str, list[int]] = {}
     for i, run in enumerate(runs):
-        paths = {*run.events.published(SNAPSHOT), *run.events.published(CHECKPOINT)}
-        for path in paths:
+        ev = run.events
+        for path in set(ev.events.values("path", ev.where(SNAPSHOT, CHECKPOINT))):
             published.setdefault(path, []).append(i)
     by_restored = {id(stop.b): stop for stop in pair_stops(runs)}
     costs: list[StopCost] = []
@@ -448,7 +450,7 @@ def run_notes(run: Run, files: list[str]) -> Iterator[Note]:
             "2**62 were left out (corrupt data)",
         )
     first = ev.first_rollout()
-    restore, finished = ev.restores()
+    restore, finished = ev.first_of(RESTORE_STARTED), ev.first_of(RESTORE_FINISHED)
     if finished is not None and first is not None and ev.seq[finished] == ev.seq[first]:
         yield Note(
             kind="restore_started_missing",
@@ -494,12 +496,7 @@ def _describe(seqs: list[int]) -> str:
     """``seq 7``, or ``seqs 2, 7, 9-12 (6 in all)``: the first few ranges, then a count."""
     if len(seqs) == 1:
         return f"seq {seqs[0]}"
-    ranges: list[tuple[int, int]] = []
-    for s in seqs:
-        if ranges and s == ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], s)
-        else:
-            ranges.append((s, s))
+    ranges = seq_ranges((), seqs)
     shown = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges[:_SHOWN])
     more = f" and {len(ranges) - _SHOWN} more ranges" if len(ranges) > _SHOWN else ""
     return f"seqs {shown}{more} ({len(seqs):,} in all)"
@@ -587,7 +584,7 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
 
 
 def _restore_s(b: Run, restore: Any, reasons: dict[str, str]) -> float | None:
-    _, finished = b.events.restores()
+    finished = b.events.first_of(RESTORE_FINISHED)
     if finished is not None:
         return float(b.events.time[finished] - restore.time)
     reasons["restore_s"] = f"run {b.run_id} has no restore_finished"
