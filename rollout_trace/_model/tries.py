@@ -118,27 +118,29 @@ class Tries:
     def start_kind(self) -> bytes:
         return bytes(self._at_first(self._table.kind)).translate(_START_OR_ZERO)
 
-    def _events(self, positions: Sequence[int]) -> array[int]:
-        """The run's index of the events at table ``positions`` (-1: the added last)."""
-        where = self._table.where + array("q", [len(self._run.kind)])
-        return array("q", list(map(where.__getitem__, positions)))
+    def _of_run(self, column: array[Any], positions: Sequence[int], missing: Any) -> array[Any]:
+        """The run's ``column`` at the events at table ``positions`` (-1: ``missing``)."""
+        where = self._table.where + array("q", [len(column)])
+        column = column + array(column.typecode, [missing])
+        return array(
+            column.typecode, list(map(column.__getitem__, map(where.__getitem__, positions)))
+        )
 
     @functools.cached_property
-    def start_seq(self) -> array[int]:
-        out = array("q", list(map(self._run.seq.__getitem__, self._events(self.first))))
-        for i in self._unstarted():
+    def _start(self) -> array[int]:
+        """Each try's first position, or -1 for a try with no start."""
+        out = array("q", self.first)
+        for i in compress(range(len(out)), self.start_kind.translate(_IS_ZERO)):
             out[i] = -1
         return out
 
     @functools.cached_property
-    def start_time(self) -> array[float]:
-        out = array("d", list(map(self._run.time.__getitem__, self._events(self.first))))
-        for i in self._unstarted():
-            out[i] = math.nan
-        return out
+    def start_seq(self) -> array[int]:
+        return self._of_run(self._run.seq, self._start, -1)
 
-    def _unstarted(self) -> list[int]:
-        return list(compress(range(len(self.first)), self.start_kind.translate(_IS_ZERO)))
+    @functools.cached_property
+    def start_time(self) -> array[float]:
+        return self._of_run(self._run.time, self._start, math.nan)
 
     @functools.cached_property
     def end_kind(self) -> bytearray:
@@ -151,13 +153,11 @@ class Tries:
 
     @functools.cached_property
     def end_seq(self) -> array[int]:
-        seq = self._run.seq + array("q", [-1])
-        return array("q", list(map(seq.__getitem__, self._events(self.end))))
+        return self._of_run(self._run.seq, self.end, -1)
 
     @functools.cached_property
     def end_time(self) -> array[float]:
-        time = self._run.time + array("d", [math.nan])
-        return array("d", list(map(time.__getitem__, self._events(self.end))))
+        return self._of_run(self._run.time, self.end, math.nan)
 
     @functools.cached_property
     def reason(self) -> tuple[str | None, ...]:
