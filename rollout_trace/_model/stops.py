@@ -2,7 +2,7 @@
 
 The rules are the docs' (Reference > Restore-cost figures).
 
-``pair_stops`` walks the runs in the run order: a run whose first rollout
+``stops_of`` walks the runs in the run order: a run whose first rollout
 event is ``restore_started`` is a stop of the latest earlier run with rollout
 events (an orphan stop when there is none). ``classify`` is the one place
 that decides what a stop did to each sibling of the stopped run; the figures
@@ -74,14 +74,12 @@ __all__ = [
     "FIGURE_ROWS",
     "Counted",
     "Note",
-    "Stop",
     "StopClasses",
     "StopCost",
     "classify",
     "cost_of",
     "captured",
     "orphan_cost",
-    "pair_stops",
     "run_notes",
     "step_versions",
     "stops_of",
@@ -197,18 +195,6 @@ class StopCost(msgspec.Struct, kw_only=True):
 SiblingKey = tuple[Any, int]
 
 
-class Stop(msgspec.Struct, frozen=True):
-    """A stop: run ``a`` (None: no earlier run with rollout events) restored by ``b``.
-
-    ``restore`` is the index, in ``b``'s events, of its first rollout event,
-    the ``restore_started``.
-    """
-
-    a: Run | None
-    b: Run
-    restore: int
-
-
 class Counted(NamedTuple):
     """A sibling a stop counts: its class (one of ``CLASSES``), A's try T of it
     (``at``, an index into A's tries), and the part of T's work the stop lost, from
@@ -256,24 +242,14 @@ class StopClasses(msgspec.Struct, kw_only=True):
             yield counted.at, counted
 
 
-def pair_stops(runs: list[Run]) -> Iterator[Stop]:
-    """The stops among ``runs`` (in the run order): each run whose first rollout
-    event is ``restore_started``, with the latest earlier run that has rollout events."""
-    previous: Run | None = None
-    for run in runs:
-        first = run.events.first_rollout()
-        if first is None:
-            continue
-        if run.events.kind[first] == RESTORE_STARTED:
-            yield Stop(previous, run, first)
-        previous = run
-
-
 def stops_of(
     runs: list[Run], files: list[str]
 ) -> tuple[list[StopCost], list[Note], list[StopClasses | None]]:
     """The stops of ``runs`` (in the run order) with their figures, the notes, and
     each stop's classes (None for an orphan stop).
+
+    A stop is a run whose first rollout event is ``restore_started``, restoring
+    the latest earlier run that has rollout events (an orphan stop: none).
 
     Notes go per run in the run order: the run's own, then its clock-skew note,
     then the orphan note or the stop's notes.
@@ -283,18 +259,21 @@ def stops_of(
         ev = run.events
         for path in set(ev.events.values("path", ev.where(SNAPSHOT, CHECKPOINT))):
             published.setdefault(path, []).append(i)
-    by_restored = {id(stop.b): stop for stop in pair_stops(runs)}
     costs: list[StopCost] = []
     notes: list[Note] = []
     classes: list[StopClasses | None] = []
+    previous: Run | None = None
     for i, run in enumerate(runs):
         notes.extend(run_notes(run, files))
-        stop = by_restored.get(id(run))
-        if stop is None:
+        first = run.events.first_rollout()
+        if first is None:
             continue
-        restore = run.events.events[stop.restore]
+        stopped, previous = previous, run
+        if run.events.kind[first] != RESTORE_STARTED:
+            continue
+        restore = run.events.events[first]
         notes.extend(_skew_notes(run, restore, i, runs, published))
-        if stop.a is None:
+        if stopped is None:
             costs.append(orphan_cost(run, restore))
             classes.append(None)
             notes.append(
@@ -307,10 +286,10 @@ def stops_of(
                 )
             )
         else:
-            cost, cls = cost_of(stop.a, run, restore)
+            cost, cls = cost_of(stopped, run, restore)
             costs.append(cost)
             classes.append(cls)
-            notes.extend(stop_notes(stop.a, run, cost, cls))
+            notes.extend(stop_notes(stopped, run, cost, cls))
     return costs, notes, classes
 
 
