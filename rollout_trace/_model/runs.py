@@ -572,8 +572,17 @@ class RunEvents:
 
     @property
     def last_time(self) -> float:
-        """The time of the run's last event: the highest seq, its last version."""
-        return self.time[-1] if self.time else math.nan
+        """The time of the run's last event: of the highest seq, the latest of its
+        versions (the stop's time, and the end of an open try's bar)."""
+        seq, time = self.seq, self.time
+        if not time:
+            return math.nan
+        i = len(seq) - 1
+        t = time[i]
+        while i > 0 and seq[i - 1] == seq[-1]:
+            i -= 1
+            t = max(t, time[i])
+        return t
 
     @property
     def min_time(self) -> float:

@@ -38,7 +38,6 @@ from operator import attrgetter
 from typing import Any
 
 from .._model import terms
-from .._model.runs import RunEvents
 from .._model.stops import CLASSES, FIGURES, Note, StopCost
 from .._model.traceset import Fate, Model, analyze
 from .._model.tries import Run, Tries
@@ -301,17 +300,6 @@ def build_timeline(events: Iterable[Any]) -> Timeline:
     return timeline_of(analyze(list(events)))
 
 
-def _last_time(ev: RunEvents) -> float:
-    """The time of the run's last event: the highest seq (of its versions, the latest)."""
-    last = ev.seq[-1]
-    i = len(ev.seq) - 1
-    t = ev.time[i]
-    while i > 0 and ev.seq[i - 1] == last:
-        i -= 1
-        t = max(t, ev.time[i])
-    return t
-
-
 def run_line(
     run: Run,
     fates: Mapping[int, Fate],
@@ -321,7 +309,7 @@ def run_line(
     by try (``Model.fates``); ``step_versions``: its steps' versions
     (``Model.step_versions``)."""
     ev = run.events
-    last_time = _last_time(ev)
+    last_time = ev.last_time
     line = RunLine(
         index=run.index,
         run_id=run.run_id,

@@ -14,7 +14,18 @@ from analysis.test_analysis import trace_sets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model.test_equivalence import _same
-from scenario import abandon, disp, make_run, resume, run_id, seal, step
+from scenario import (
+    abandon,
+    disp,
+    make_run,
+    restore,
+    restored,
+    resume,
+    run_id,
+    seal,
+    snapshot,
+    step,
+)
 
 import rollout_trace as rt
 from rollout_trace._model import analyze
@@ -285,3 +296,20 @@ def test_a_growing_model_builds_again_only_the_runs_that_gained_lines() -> None:
     assert builder.rebuilt == 1
     assert again[run_id(1)] is first[run_id(1)]
     assert again[run_id(2)] is not first[run_id(2)] and len(again[run_id(2)].events) == len(two)
+
+
+def test_a_run_ends_at_the_latest_version_of_its_last_line_for_every_command() -> None:
+    # The last seq of run 1 in two versions that differ: step 1 at 160, step 2 at
+    # 150 (the one put last by the versions' order). The stop's time, the run's
+    # span in the report and an open try's end are all 160.
+    a = make_run(1, 90.0, [(100.0, disp(1, 0)), (111.0, snapshot(1, "/s", captured_at=110.0))])
+    a.append(msgspec.structs.replace(step(1), run_id=run_id(1), seq=3, time=160.0))
+    a.append(msgspec.structs.replace(step(2), run_id=run_id(1), seq=3, time=150.0))
+    b = make_run(2, 200.0, [(201.0, restore("/s", 1)), (202.0, restored(1))])
+    ts = rt.analyze(a + b)
+    [stop] = ts.stops
+    assert stop.stop_time == 160.0
+    assert ts.health().runs[0].last_time == 160.0
+    [try_] = ts.timeline().runs[0].attempts
+    assert try_.open and try_.end == 160.0
+    assert stop.thrown_away_s == 60.0
