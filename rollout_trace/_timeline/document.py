@@ -318,9 +318,9 @@ def _instant(
     }
 
 
-# An attempt's async slice, its args and its in-flight counter, encoded
-# from the run's try columns (msgspec writes JSON as orjson does): a
-# dict for each of millions of them was most of a document's time.
+# An attempt's async slice, its args and its in-flight counter, made from
+# the run's try columns in C and encoded by msgspec (``_attempts`` says
+# when): a dict for each of millions of them was most of a document's time.
 class _Local(msgspec.Struct):
     local: int
 
