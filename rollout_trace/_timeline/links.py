@@ -109,19 +109,19 @@ class _Open(NamedTuple):
     run: RunLine
 
 
-def _same_use(src: _Open, run: RunLine, i: int, tl: Timeline) -> bool:
-    """Whether try ``i`` of ``run`` goes on with the use of its sibling that
-    ``src`` belongs to (``lineage``): the same group, and after a try that did
-    not seal, or after a seal thrown away (begun after it, with a higher
-    attempt number in its run, or in a run restored from it whose restored
-    state does not hold the seal: ``terms.same_use``)."""
-    b, j, t = src.run.tries, src.at, run.tries
+def _same_use(before: RunLine, j: int, run: RunLine, i: int, tl: Timeline) -> bool:
+    """Whether try ``i`` of ``run`` goes on with the use of its sibling that try
+    ``j`` of ``before`` belongs to (``lineage``): the same group, and after a
+    try that did not seal, or after a seal thrown away (begun after it, with a
+    higher attempt number in its run, or in a run restored from it whose
+    restored state does not hold the seal: ``terms.same_use``)."""
+    b, t = before.tries, run.tries
     if t.group_id[i] != b.group_id[j]:
         return False  # a new use: a prompt that comes round again
     if b.outcome[j] != "sealed":
         return True
-    if src.run is not run:
-        stopped = src.run.run_id
+    if before is not run:
+        stopped = before.run_id
         kept = tl.kept.get(stopped)
         held = kept is not None and (b.prompt_id[j], b.generation_index[j]) in kept
         return same_use(
@@ -157,29 +157,34 @@ def plan_links(tl: Timeline, us: Us) -> list[RunLinks]:
         out.append(links)
         done[id(run)] = links
         incoming = handed.pop(run.index, {})
-        waiting: dict[_Sibling, _Open] = {}
+        # Sibling -> its latest try in this run (its index), waiting for the next.
+        waiting: dict[_Sibling, int] = {}
+        starts = list(map(us, t.start))
         keys = zip(t.prompt_id, t.generation_index, strict=True)
-        for i, key, start in zip(range(n), keys, map(us, t.start), strict=True):
-            src = waiting.pop(key, None) if waiting else None
-            if src is None and incoming:
-                # Popped at the sibling's first try in this run, whatever it is.
-                src = incoming.pop(key, None)
+        for i, key, start in zip(range(n), keys, starts, strict=True):
+            j = waiting.get(key, -1)
+            waiting[key] = i
+            if j >= 0:
+                src_links, at, src_start, before = links, j, starts[j], run
+            elif incoming and key in incoming:
+                # Taken at the sibling's first try in this run, whatever it is.
+                src_links, at, src_start, before = incoming.pop(key)
+            else:
+                continue
             if (
-                src is not None
-                and src.start <= start
-                and not src.links.flags[src.at] & FLOW_OUT
-                and _same_use(src, run, i, tl)
+                src_start <= start
+                and not src_links.flags[at] & FLOW_OUT
+                and _same_use(before, at, run, i, tl)
             ):
-                fid = src.links.flows[src.at] or next(ids)
-                src.links.flows[src.at] = fid
-                src.links.flags[src.at] |= FLOW_OUT
+                fid = src_links.flows[at] or next(ids)
+                src_links.flows[at] = fid
+                src_links.flags[at] |= FLOW_OUT
                 links.flows[i] = fid
                 links.flags[i] |= FLOW_IN
-            waiting[key] = _Open(links, i, start, run)
         if waiting and run.index in restored_by:
             to = handed.setdefault(restored_by[run.index], {})
-            for key, src in waiting.items():
-                to.setdefault(key, src)
+            for key, j in waiting.items():
+                to.setdefault(key, _Open(links, j, starts[j], run))
         _train(lineage.trained(run), links, done, ids, us)
     return out
 
