@@ -32,7 +32,9 @@ byte, or field for field where a layout of columns depends on them):
 - where a stop's restored run (or a later one) starts a sibling whose last
   try the stopped run had sealed at or before C, a new use of it begins
   there: ``report``'s tries (every run's and the set's) and the timeline's
-  flows (and so its trained slices) may differ.
+  flows (and so its trained slices) may differ; so may the flows where that
+  run only ends a try of such a sibling (an abandon whose start it does not
+  hold).
 
 The triggers of the last two are read off the base's own outputs (its report
 JSON, attempts CSV and cost JSON), never the new version's.
@@ -280,9 +282,11 @@ def masks_for(cost_doc: Any, report_doc: Any, attempts: str) -> Masks:
 
 
 def _new_use(stops: list[dict[str, Any]], attempts: str) -> bool:
-    """Whether a run after a stop starts a sibling whose last try the stopped run had
-    sealed at or before the capture (rows are in run order, each run's in seq order:
-    a run's last started row of a sibling is its last try)."""
+    """Whether a run after a stop has a try of a sibling whose last try the stopped
+    run had sealed at or before the capture (rows are in run order, each run's in
+    seq order: a run's last started row of a sibling is its last try). A try with
+    no start counts too: the timeline's flow goes to a sibling's first try in a
+    run, whatever it is."""
     rows = list(csv.DictReader(io.StringIO(attempts))) if attempts else []
     by_run: dict[str, list[dict[str, str]]] = {}
     place: dict[str, int] = {}
@@ -306,6 +310,6 @@ def _new_use(stops: list[dict[str, Any]], attempts: str) -> bool:
             if place[run_id] <= place[a]:
                 continue
             for r in mine:
-                if r["started_at"] and (r["prompt_id"], r["generation_index"]) in kept:
+                if (r["prompt_id"], r["generation_index"]) in kept:
                     return True
     return False

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from differential import allowed
-from differential.capture import Masks
+from differential.capture import Masks, masks_for
 from differential.harness import case_set, describe, run_case
 from differential.layouts import LAYOUTS
 from differential.outputs import superseded
@@ -308,3 +308,15 @@ def test_d5_leaves_out_validates_warning_of_a_late_capture_and_only_that() -> No
     # Any other warning still counts, and still differs.
     other = late.replace("captured_at", "time_unit")
     assert allowed.masked(exp, "validate", "out", other + killed + verdict.format(2)) != base
+
+
+def test_d5_takes_a_restored_run_that_only_ends_a_kept_sibling_for_a_new_use() -> None:
+    # Case 639: run 2 sealed sibling (10, 0) before the capture; the restored run
+    # abandons attempt 0 of it with no start. The new version's flow goes to that
+    # try as to any first try of the sibling, and a kept seal begins a new use.
+    header = "run,run_id,prompt_id,generation_index,started_at,ended_at,outcome\n"
+    rows = "2,a,10,0,810.5,821.75,sealed\n3,b,10,0,,858.0,whole_group\n"
+    stops = {"stops": [{"stopped_run": "a", "restored_run": "b", "captured_at": 823.25}]}
+    assert masks_for(stops, {}, header + rows).uses
+    later = {"stops": [{"stopped_run": "a", "restored_run": "b", "captured_at": 821.5}]}
+    assert not masks_for(later, {}, header + rows).uses
