@@ -543,8 +543,11 @@ async def test_our_threads_wake_the_loop_at_most_once_a_switch_interval() -> Non
             t.emit(rt.StepTrained(step=i, group_ids=[]))
             await asyncio.sleep(0.001)
         assert await t.flush()
-    gaps = [b - a for a, b in itertools.pairwise(wakes)]
-    assert wakes and min(gaps, default=1.0) >= 0.005 * 0.99, gaps
+    gaps = sorted(b - a for a, b in itertools.pairwise(wakes))
+    # The spy reads the clock after the engine did: a thread put off between the
+    # two reads moves one wake late and the next gap short. Unthrottled, wakes
+    # would come a millisecond apart (one an emit).
+    assert len(gaps) > 1 and gaps[0] >= 0.004 and gaps[len(gaps) // 2] >= 0.005, gaps
 
 
 # --- 3. faults in the writer: what a sink or the encoder must never raise ---------
