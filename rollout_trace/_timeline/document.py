@@ -160,10 +160,14 @@ def _parts(tl: Timeline, merge: Sequence[Foreign]) -> Iterator[_Part]:
     for run, links in zip(tl.runs, plans, strict=True):
         pid = run.index + 1
         yield _Part(_metadata(run, pid, bool(links.trained)))
-        yield from _attempts(run, links, first_id, pid, tl)
+        # Each try's start and end as written: the end never before the start,
+        # as the importer needs.
+        start = us_each(run.tries.start)
+        end = list(map(max, start, us_each(run.tries.end)))
+        yield from _attempts(run, links, start, end, first_id, pid, tl)
         first_id += len(run.tries)
         yield from _each(_others(run, links, pid))
-        for counters in _in_flight(run, pid):
+        for counters in _in_flight(start, end, pid):
             yield _Part(counters, structs=True, exact=True)
         yield _Part(list(_lags(links, pid)))
     by_id = {r.run_id: r for r in tl.runs}
@@ -381,16 +385,20 @@ _NOT_STARTED = {True: None, False: "in an earlier run (no dispatch or resume in 
 
 
 def _attempts(
-    run: RunLine, links: RunLinks, first_id: int, pid: int, tl: Timeline
+    run: RunLine,
+    links: RunLinks,
+    start: list[float],
+    end: list[float],
+    first_id: int,
+    pid: int,
+    tl: Timeline,
 ) -> Iterator[_Part]:
-    """Each try's ``b`` and ``e`` events, a chunk of tries at a time.
-
-    A try's slice id is ``first_id`` plus its place in the run; its end is
-    never before its start, as the importer needs.
-    """
+    """Each try's ``b`` and ``e`` events (at ``start`` and ``end``), a chunk of tries
+    at a time; a try's slice id is ``first_id`` plus its place in the run."""
     t = run.tries
     n = len(t)
     rep = itertools.repeat
+    opened: frozenset[int] | None = None  # ``TryColumns.open_indices``, when a fate needs it
     # msgspec writes what orjson does but for floats from 1e16 on (1e16, not
     # 1e+16) and dates: times are below that, and ids are ints and strs but in
     # events built in Python; a chunk with any other value is written as the
@@ -399,8 +407,7 @@ def _attempts(
     columns += (t.attempt, t.reason, t.weight_version, t.resumed_turn)
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
-        start = us_each(t.start[lo:hi])
-        end = list(map(max, start, us_each(t.end[lo:hi])))
+        group_id, prompt_id, index, attempt, reason, version, turn = (c[lo:hi] for c in columns)
         outcome = t.outcome[lo:hi]
         names = list(map(OUTCOME_LABELS.__getitem__, outcome))
         m = hi - lo
@@ -408,22 +415,27 @@ def _attempts(
         after_stop: list[str | None] = [None] * m
         lost_s: list[float | None] = [None] * m
         fates = t.fate[lo:hi]
-        exact = all(isinstance(c, array) or _PLAIN.issuperset(map(type, c[lo:hi])) for c in columns)
+        exact = all(
+            isinstance(c, array) or _PLAIN.issuperset(map(type, c))
+            for c in (group_id, prompt_id, index, attempt, reason, version, turn)
+        )
         for i in itertools.compress(range(m), map(operator.is_not, fates, rep(None))):
-            redone[i], after_stop[i], lost_s[i] = _fate_args(t, lo + i, tl)
+            if opened is None:
+                opened = frozenset(t.open_indices())
+            redone[i], after_stop[i], lost_s[i] = _fate_args(t, lo + i, lo + i in opened, tl)
             lost = lost_s[i]
             exact = exact and (lost is None or -_WIDE < lost < _WIDE)
         args = list(
             map(
                 _Args,
                 outcome,
-                t.group_id[lo:hi],
-                t.prompt_id[lo:hi],
-                t.generation_index[lo:hi],
-                t.attempt[lo:hi],
-                t.reason[lo:hi],
-                t.weight_version[lo:hi],
-                t.resumed_turn[lo:hi],
+                group_id,
+                prompt_id,
+                index,
+                attempt,
+                reason,
+                version,
+                turn,
                 map(_NOT_STARTED.__getitem__, t.started[lo:hi]),
                 redone,
                 after_stop,
@@ -449,7 +461,7 @@ def _attempts(
             names,
             cat,
             ids,
-            start,
+            start[lo:hi],
             pids,
             tid,
             cnames,
@@ -458,15 +470,17 @@ def _attempts(
             flow_in,
             flow_out,
         )
-        finish = map(_End, rep("e"), names, cat, ids, end, pids, tid)
+        finish = map(_End, rep("e"), names, cat, ids, end[lo:hi], pids, tid)
         events = list(itertools.chain.from_iterable(zip(begin, finish, strict=True)))
         yield _Part(events, structs=True, exact=exact)
 
 
-def _fate_args(t: TryColumns, i: int, tl: Timeline) -> tuple[str | None, str | None, float | None]:
-    """What stop ``t.stop[i]`` did to try ``i``, in words (``redone``, else
-    ``after_stop``, each under the name of the figure that counts it), and the
-    seconds of its work the stop lost (``lost_s``, where known)."""
+def _fate_args(
+    t: TryColumns, i: int, is_open: bool, tl: Timeline
+) -> tuple[str | None, str | None, float | None]:
+    """What stop ``t.stop[i]`` did to try ``i`` (open at its run's end, or not), in
+    words (``redone``, else ``after_stop``, each under the name of the figure that
+    counts it), and the seconds of its work the stop lost (``lost_s``, where known)."""
     fate, stop_no = t.fate[i], t.stop[i]
     b = tl.run_number(tl.stops[stop_no - 1].restored_run)
     if fate == "redone":
@@ -475,7 +489,6 @@ def _fate_args(t: TryColumns, i: int, tl: Timeline) -> tuple[str | None, str | N
             "and not resumed, so done again (counted in redone)"
         )
         return text, None, t.lost_s[i]
-    is_open = t.started[i] and t.end_seq[i] < 0 and not t.superseded[i]
     where = "in flight at the stop" if is_open else "sealed after the capture"
     text = f"{fate} by run {b} at stop {stop_no} ({where}; counted in {fate})"
     return None, text, t.lost_s[i]
@@ -518,16 +531,12 @@ def _trained(run: RunLine, links: RunLinks, pid: int) -> Iterator[dict[str, Any]
         yield event
 
 
-def _in_flight(run: RunLine, pid: int) -> Iterator[list[_Counter]]:
-    """The run's ``in flight`` counter: the tries running just after each time
-    one starts or ends (a try runs from its start until its end: one of no
+def _in_flight(start: list[float], end: list[float], pid: int) -> Iterator[list[_Counter]]:
+    """A run's ``in flight`` counter: the tries running just after each time one
+    starts or ends (a try runs from its ``start`` until its ``end``: one of no
     length adds nothing, one that ends where another starts is not counted
     with it)."""
-    if not len(run.tries):
-        return
-    start = us_each(run.tries.start)
-    starts = sorted(start)
-    ends = sorted(map(max, start, us_each(run.tries.end)))
+    starts, ends = sorted(start), sorted(end)
     # Each time once, as the first of the starts equal to it holds it, else
     # the first of the ends (0.0 and -0.0 are one time).
     times = dict.fromkeys(starts)
