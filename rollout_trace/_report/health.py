@@ -13,10 +13,10 @@ An attempt is one try of a sibling in one run (see the model's docstring).
   else the highest version dispatched before it, for a restored run at least
   that of the state it restored: ``_model.stops.step_versions``) minus the
   try's dispatch ``weight_version``; ``unknown`` when either is missing.
-- **Stalls**: an attempt open at its run's last event (``Attempt.open``: not
-  superseded by a later start of its attempt),
-  open longer than ``stall_after`` seconds then (``open_too_long``); or open in
-  a run that closed cleanly (``trace_closed``) with no stop that resumed or
+- **Stalls**: a try open at its run's last event (``_model.terms``: not
+  superseded by a later start of its attempt), open longer than
+  ``stall_after`` seconds then (``open_too_long``); or open in a run that
+  closed cleanly (``trace_closed``) with no stop that resumed or
   restarted it: a phantom "in flight" (``open_at_close``), whatever its age.
 - **Intervals** between a run's steps and syncs; the set pools every run's.
 """

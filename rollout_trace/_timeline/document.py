@@ -155,14 +155,13 @@ class _Part(NamedTuple):
 
 def _parts(tl: Timeline, merge: Sequence[Foreign]) -> Iterator[_Part]:
     """The document's trace events, a part at a time, in the document's order."""
-    plans = plan_links(tl, us)
+    plans = plan_links(tl, us, [us_each(run.tries.start) for run in tl.runs])
     first_id = 1
     for run, links in zip(tl.runs, plans, strict=True):
         pid = run.index + 1
         yield _Part(_metadata(run, pid, bool(links.trained)))
-        # Each try's start and end as written: the end never before the start,
-        # as the importer needs.
-        start = us_each(run.tries.start)
+        # Each try's end as written: never before its start, as the importer needs.
+        start = links.start
         end = list(map(max, start, us_each(run.tries.end)))
         yield from _attempts(run, links, start, end, first_id, pid, tl)
         first_id += len(run.tries)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -92,8 +92,10 @@ class Lag:
 
 @dataclass
 class RunLinks:
-    """One run's flows (a flow id and flags per attempt; 0: none) and its steps' figures."""
+    """One run's flows (a flow id and flags per attempt; 0: none) and its steps' figures;
+    ``start`` each attempt's start as written (``us``)."""
 
+    start: list[float]
     flows: array[int]
     flags: bytearray
     trained: list[Trained] = field(default_factory=list)
@@ -133,8 +135,9 @@ def _same_use(before: RunLine, j: int, run: RunLine, i: int, tl: Timeline) -> bo
 _Sibling = tuple[Any, int]
 
 
-def plan_links(tl: Timeline, us: Us) -> list[RunLinks]:
-    """Every run's flows and policy lags, in run order; ``us`` gives the time written for a time."""
+def plan_links(tl: Timeline, us: Us, starts: Sequence[list[float]]) -> list[RunLinks]:
+    """Every run's flows and policy lags, in run order; ``us`` gives the time written
+    for a time, ``starts`` each run's tries' starts as written."""
     by_id = {r.run_id: r for r in tl.runs}
     restored_by: dict[int, int] = {}
     for stop in tl.stops:
@@ -150,22 +153,21 @@ def plan_links(tl: Timeline, us: Us) -> list[RunLinks]:
     out: list[RunLinks] = []
     # Run index -> the tries handed on to it by the run it restored.
     handed: dict[int, dict[_Sibling, _Open]] = {}
-    for run in tl.runs:
+    for run, starts_of_run in zip(tl.runs, starts, strict=True):
         t = run.tries
         n = len(t)
-        links = RunLinks(array("Q", bytes(8 * n)), bytearray(n))
+        links = RunLinks(starts_of_run, array("Q", bytes(8 * n)), bytearray(n))
         out.append(links)
         done[id(run)] = links
         incoming = handed.pop(run.index, {})
         # Sibling -> its latest try in this run (its index), waiting for the next.
         waiting: dict[_Sibling, int] = {}
-        starts = list(map(us, t.start))
         keys = zip(t.prompt_id, t.generation_index, strict=True)
-        for i, key, start in zip(range(n), keys, starts, strict=True):
+        for i, key, start in zip(range(n), keys, links.start, strict=True):
             j = waiting.get(key, -1)
             waiting[key] = i
             if j >= 0:
-                src_links, at, src_start, before = links, j, starts[j], run
+                src_links, at, src_start, before = links, j, links.start[j], run
             elif incoming and key in incoming:
                 # Taken at the sibling's first try in this run, whatever it is.
                 src_links, at, src_start, before = incoming.pop(key)
@@ -184,7 +186,7 @@ def plan_links(tl: Timeline, us: Us) -> list[RunLinks]:
         if waiting and run.index in restored_by:
             to = handed.setdefault(restored_by[run.index], {})
             for key, j in waiting.items():
-                to.setdefault(key, _Open(links, j, starts[j], run))
+                to.setdefault(key, _Open(links, j, links.start[j], run))
         _train(lineage.trained(run), links, done, ids, us)
     return out
 
@@ -204,7 +206,7 @@ def _train(
         for run, i, wv in step.tries:
             their = done.get(id(run))
             # A try trained by an earlier step keeps that flow (one bind_id a slice).
-            if their is not None and us(run.tries.start[i]) <= at and not their.flags[i] & FLOW_OUT:
+            if their is not None and their.start[i] <= at and not their.flags[i] & FLOW_OUT:
                 fid = their.flows[i] or next(ids)
                 their.flows[i] = fid
                 their.flags[i] |= FLOW_OUT

@@ -107,14 +107,13 @@ class Attempt:
     # Within a run, attempts are listed by their first event's seq.
     start_seq: int = -1
     end_seq: int = -1
-    # Started again before any end (``_model.terms``): not open, though
-    # nothing ended it (``unended``, drawn up to the next start).
-    superseded: bool = False
+    # How the model's pass ended it (``terms.EndKind``).
+    end_kind: int = terms.END_OPEN
 
     @property
     def open(self) -> bool:
-        """Started in its run and not ended there, nor started again."""
-        return self.started and self.end_seq < 0 and not self.superseded
+        """Open at its run's last event (``terms``)."""
+        return self.end_kind == terms.END_OPEN
 
     @property
     def seq(self) -> int:
@@ -394,7 +393,7 @@ class TryColumns:
     lost_s: Sequence[float | None] = field(default_factory=list)
     start_seq: Sequence[int] = field(default_factory=list)
     end_seq: Sequence[int] = field(default_factory=list)
-    superseded: Sequence[bool] = field(default_factory=list)
+    end_kind: Sequence[int] = field(default_factory=bytes)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -404,10 +403,8 @@ class TryColumns:
         return list(map(operator.ge, self.end_seq, _ZEROS))
 
     def open_indices(self) -> list[int]:
-        """The tries open at their run's last event (``Attempt.open``)."""
-        shut = map(operator.or_, self.ended(), self.superseded)
-        is_open = map(operator.and_, self.started, map(operator.not_, shut))
-        return list(compress(range(len(self)), is_open))
+        """The tries open at their run's last event (``terms``)."""
+        return list(compress(range(len(self)), map(operator.eq, self.end_kind, _OPEN)))
 
     def sealed_indices(self) -> tuple[int, ...]:
         """The sealed tries (made once, read by every fold)."""
@@ -468,7 +465,7 @@ def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryCo
         lost_s,
         _own(t.start_seq),
         _own(t.end_seq),
-        list(map(operator.eq, t.end_kind, itertools.repeat(terms.END_SUPERSEDED))),
+        bytes(t.end_kind),
     )
     # First-event seqs strictly rising (the usual case) need no sort.
     first = list(map(tuple.__getitem__, zip(t.end_seq, t.start_seq, strict=True), started))
@@ -499,6 +496,7 @@ def _sort_columns(cols: TryColumns, first: list[int]) -> None:
 
 _NONZERO = bytes([0] + [1] * 255)
 _ZEROS, _SEALED = itertools.repeat(0), itertools.repeat("sealed")
+_OPEN = itertools.repeat(terms.END_OPEN)
 _IS_OPEN = bytes(1 if k == terms.END_OPEN else 0 for k in range(256))
 
 
