@@ -11,7 +11,11 @@ so that the machine's drift falls on every mode alike), each in a subprocess:
   files, one by one, in one process: the baseline;
 - ``python -m rollout_trace cost --jobs 1``: read in one process;
 - ``python -m rollout_trace cost --jobs N`` (``--jobs``, default the usable
-  cores): read in N worker processes.
+  cores): read in N worker processes;
+- the floor, in one process and in N: the least any reader of the model
+  written in Python does (``FLOOR_LOOP``): msgspec's typed decode of every
+  line, the columns a try is made of, and the pairing of ends with starts.
+  What ``cost`` can reach without code compiled for the purpose.
 
 Reported per mode: the median wall time (start-up included), lines per second
 (lines of the set divided by it), the ratio to the bare loop (its median wall
@@ -266,6 +270,57 @@ for p in sorted(glob.glob(sys.argv[1])):
             dec.decode(line)
 """
 
+# The floor of any reader of the model written in Python: per line, msgspec's
+# typed decode (what reading strictly needs), the columns a try is made of
+# (kind, seq, time, prompt, index, attempt) taken in C, and the pairing of
+# each end with its start through a dict; no checks, no stops, nothing kept.
+# Run in one process, or over N worker processes (argv[2]), a file each.
+FLOOR_LOOP = """
+import gc, glob, sys, operator
+from array import array
+from itertools import compress
+from rollout_trace._reading.reader import block_decoder
+from rollout_trace._model.terms import KIND, RESUMED, is_attempt
+
+def work(paths):
+    dec = block_decoder()
+    attempt = bytes(is_attempt(k) for k in range(256))
+    tries = 0
+    for p in paths:
+        evs = []
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                evs += dec.decode_lines(chunk + f.readline())
+        kinds = bytes(map(KIND.get, map(type, evs)))
+        seq = array("q", list(map(operator.attrgetter("seq"), evs)))
+        time = array("d", list(map(operator.attrgetter("time"), evs)))
+        rows = list(compress(evs, kinds.translate(attempt)))
+        keys = zip(*(map(operator.attrgetter(f), rows)
+                     for f in ("prompt_id", "generation_index", "attempt")))
+        open_, end = {}, array("q")
+        for k, (key, kind) in enumerate(zip(keys, bytes(compress(kinds, kinds.translate(attempt))))):
+            j = open_.get(key)
+            if kind <= RESUMED:
+                open_[key] = len(end)
+                end.append(-1)
+            elif j is not None and j >= 0:
+                end[j], open_[key] = k, ~j
+            else:
+                end.append(k)
+        tries += len(end)
+    return tries
+
+if __name__ == "__main__":
+    gc.disable()
+    paths, jobs = sorted(glob.glob(sys.argv[1])), int(sys.argv[2])
+    if jobs == 1:
+        print(work(paths))
+    else:
+        import multiprocessing
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            print(sum(pool.map(work, [paths[i::jobs] for i in range(jobs)])))
+"""
+
 
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -344,8 +399,10 @@ def modes(folder: Path, jobs: int) -> dict[str, list[str]]:
     cost = [sys.executable, "-m", "rollout_trace", "cost", pattern, "--json"]
     out = {"bare loop": [sys.executable, "-c", BARE_LOOP, pattern]}
     out["cost --jobs 1"] = [*cost, "--jobs", "1"]
+    out["floor, 1 process"] = [sys.executable, "-c", FLOOR_LOOP, pattern, "1"]
     if jobs > 1:
         out[f"cost --jobs {jobs}"] = [*cost, "--jobs", str(jobs)]
+        out[f"floor, {jobs} processes"] = [sys.executable, "-c", FLOOR_LOOP, pattern, str(jobs)]
     return out
 
 
@@ -354,7 +411,7 @@ def measure(folder: Path, repeat: int, jobs: int) -> dict[str, dict[str, Any]]:
     cmds = modes(folder, jobs)
     names = list(cmds)
     runs: dict[str, list[tuple[float, int, int]]] = {name: [] for name in names}
-    outputs: dict[str, set[bytes]] = {name: set() for name in names if name != "bare loop"}
+    outputs: dict[str, set[bytes]] = {name: set() for name in names if name.startswith("cost")}
     for rnd in range(repeat):
         for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
             wall, _, tree, largest, output = run_once(cmds[name])
@@ -369,7 +426,7 @@ def measure(folder: Path, repeat: int, jobs: int) -> dict[str, dict[str, Any]]:
             "median_wall_s": statistics.median(w for w, _, _ in rs),
             "peak_rss_bytes": max(t for _, t, _ in rs),
             "largest_process_rss_bytes": max(x for _, _, x in rs),
-            "same_output": same if name != "bare loop" else None,
+            "same_output": same if name.startswith("cost") else None,
         }
         for name, rs in runs.items()
     }
