@@ -89,6 +89,8 @@ _X_NAME = {DISPATCHED: "weight_version", RESUMED: "turn", SEALED: "", REFUSED: "
 _ATTEMPT_FLAGS = bytes(1 if is_attempt(k) else 0 for k in range(256))
 _REASON_FLAGS = bytes(1 if k in (REFUSED, ABANDONED) else 0 for k in range(256))
 _NOT = bytes([1, 0] + [0] * 254)
+# The kind codes that are not of attempt events (``bytes.translate``'s delete).
+_NOT_ATTEMPT = bytes(k for k in range(256) if not is_attempt(k))
 
 
 def _msgpack_events() -> Any:
@@ -223,7 +225,7 @@ class Columns(Sequence[Any]):
         flags = kinds.translate(_ATTEMPT_FLAGS)
         if decoded:
             rows = list(compress(events, flags))
-            row_kinds = bytes(compress(kinds, flags))
+            row_kinds = kinds.translate(None, _NOT_ATTEMPT)
             try:
                 # A name or an int out of a column's range holds the block as objects.
                 p = array("q", list(map(_prompt_of, rows)))
@@ -326,7 +328,7 @@ class Columns(Sequence[Any]):
     def attempts(self) -> AttemptTable:
         """The run's attempt events as one table, in order."""
         where = array("q", list(compress(range(len(self)), self.kind.translate(_ATTEMPT_FLAGS))))
-        kinds = bytes(map(self.kind.__getitem__, where))
+        kinds = bytes(self.kind.translate(None, _NOT_ATTEMPT))
         if not self.held_attempts:
             # Rows are exactly the attempt events, in order.
             return AttemptTable(

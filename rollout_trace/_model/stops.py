@@ -511,48 +511,49 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
     tries = a.tries
     stop_time = a.events.last_time
     resumed_by_b = b.sib.resumed
-    in_flight: dict[SiblingKey, int] = {}
-    counted: dict[SiblingKey, Counted] = {}
-    kept: set[SiblingKey] | None = None if captured_at is None else set()
-    why_not: dict[SiblingKey, str] = {}
+    last = a.sib.last_start
+    # Per sibling (in ``last``'s order): its T and how T ended, taken in C; the
+    # loop below sees only the siblings the stop counts.
+    keys, at = list(last), list(last.values())
+    ends = bytes(map(tries.end_kind.__getitem__, at))
+    opened = list(compress(range(len(keys)), ends.translate(_IS[END_OPEN])))
+    kept: set[SiblingKey] | None = None
+    sealed_late: list[int] = []
     c = math.nan if captured_at is None else captured_at
-    end_kind, start_time, end_time = tries.end_kind, tries.start_time, tries.end_time
-    for key, i in a.sib.last_start.items():
-        end = end_kind[i]
+    if captured_at is not None:
+        sealed = list(compress(range(len(keys)), ends.translate(_IS[END_SEALED])))
+        t1s = map(tries.end_time.__getitem__, map(at.__getitem__, sealed))
+        in_state = list(map(operator.le, t1s, itertools.repeat(c)))
+        kept = set(map(keys.__getitem__, compress(sealed, in_state)))
+        sealed_late = list(compress(sealed, map(operator.not_, in_state)))
+    in_flight = {keys[k]: at[k] for k in opened}
+    counted: dict[SiblingKey, Counted] = {}
+    start_time, end_time = tries.start_time, tries.end_time
+    for k in sorted(opened + sealed_late):
+        key, i = keys[k], at[k]
         t0 = start_time[i]
-        resumed = key in resumed_by_b
-        # The lost part of a resumed try begins at the capture, or at its start if later;
-        # written so that a NaN time stays NaN rather than be taken as the larger.
-        after_c = c if t0 < c else (t0 if captured_at is not None else math.nan)
-        if end == END_OPEN:
-            in_flight[key] = i
-            if resumed:
-                counted[key] = Counted("resumed", i, after_c, stop_time)
-            else:
-                counted[key] = Counted("restarted", i, t0, stop_time)
-        elif end == END_SEALED:
-            if kept is None:
-                continue  # sealed before or after C: cannot be told
-            t1 = end_time[i]
-            if t1 <= c:
-                kept.add(key)
-                why_not[key] = "kept"
-            elif resumed:
-                counted[key] = Counted("resumed", i, after_c, t1)
-            else:
-                counted[key] = Counted("redone", i, t0, t1)
-        elif end == END_ABANDONED:
-            why_not[key] = "abandoned"
-        elif end == END_REFUSED:
-            why_not[key] = "refused"
+        # T ends at the stop when open, else at its seal.
+        t1 = stop_time if ends[k] == END_OPEN else end_time[i]
+        if key in resumed_by_b:
+            # The lost part of a resumed try begins at the capture, or at its start if
+            # later; written so that a NaN time stays NaN rather than be taken as the larger.
+            after_c = c if t0 < c else (t0 if captured_at is not None else math.nan)
+            counted[key] = Counted("resumed", i, after_c, t1)
+        else:
+            counted[key] = Counted("restarted" if ends[k] == END_OPEN else "redone", i, t0, t1)
     strangers: dict[SiblingKey, str] = {}
     for key in resumed_by_b:
         if key in counted:
             continue
-        if key not in a.sib.last_start:
+        t = last.get(key)
+        if t is None:
             strangers[key] = "never_tried"
-        elif key in why_not:
-            strangers[key] = why_not[key]
+            continue
+        why = _NOT_COUNTED.get(tries.end_kind[t])
+        if why is None and kept is not None and key in kept:
+            why = "kept"
+        if why is not None:
+            strangers[key] = why
     return StopClasses(
         captured_at=captured_at,
         in_flight=in_flight,
@@ -560,6 +561,12 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
         kept=kept,
         strangers=strangers,
     )
+
+
+# End kind -> 1 for that kind only (``bytes.translate``).
+_IS = {k: bytes(1 if c == k else 0 for c in range(256)) for k in (END_OPEN, END_SEALED)}
+# Why a sibling whose T ended so is counted nowhere.
+_NOT_COUNTED = {END_ABANDONED: "abandoned", END_REFUSED: "refused"}
 
 
 def _restore_s(b: Run, restore: Any, reasons: dict[str, str]) -> float | None:

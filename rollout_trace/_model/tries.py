@@ -219,16 +219,13 @@ def pass_run(run: RunEvents) -> tuple[Tries, SiblingIndex]:
 
 
 def _siblings(t: Tries) -> SiblingIndex:
-    started = list(compress(range(len(t)), t.start_kind))
+    started = t.start_kind
     sibs = list(
-        zip(
-            map(t.prompt_id.__getitem__, started),
-            map(t.generation_index.__getitem__, started),
-            strict=True,
-        )
+        zip(compress(t.prompt_id, started), compress(t.generation_index, started), strict=True)
     )
-    resumed = map(operator.eq, map(t.start_kind.__getitem__, started), itertools.repeat(RESUMED))
-    return SiblingIndex(dict(zip(sibs, started, strict=True)), set(compress(sibs, resumed)))
+    resumed = started.translate(_ONLY[RESUMED], b"\0")
+    last_start = dict(zip(sibs, compress(range(len(t)), started), strict=True))
+    return SiblingIndex(last_start, set(compress(sibs, resumed)))
 
 
 # Kind code -> its ``EndKind`` (``OPEN`` for any kind that ends nothing), and
