@@ -11,7 +11,9 @@ Unless ``early=False``, the clock first stops ``SHORT_S`` short of that, and
 not for anything less.
 
 ``with advancing(clock, seconds):`` does the same for a wait made by the
-block itself, on this thread (an event loop's, a ``with`` block's exit).
+block itself, on this thread (an event loop's, a ``with`` block's exit). A
+block still waiting ``HANG_S`` after that fails, the clock moved a day on so
+that it ends.
 
 ``at_once(fn)`` is ``fn()``, which must return while every clock stands
 still: it waits for no deadline (a hang guard of ``HANG_S`` fails it).
@@ -48,8 +50,11 @@ class WatchedClock(MockClock):
         self._readers: set[int] = set()
 
     def __call__(self) -> float:
+        now = super().__call__()
+        # Counted once the time is taken: a move made after the read is seen
+        # cannot change what the read returned.
         self._readers.add(threading.get_ident())
-        return super().__call__()
+        return now
 
     def read_by(self, ident: int | None) -> bool:
         return ident in self._readers
@@ -186,6 +191,11 @@ def advancing(
                 seen["early"] = True
         if clock() < deadline:  # (the block may have moved it on itself)
             clock.advance_to(deadline)  # exactly there (see past_deadline)
+        if not done.wait(HANG_S):
+            # It waits for a later deadline, which nothing will move the clock
+            # to: moved a day on, it ends (and the test fails) rather than hang.
+            seen["late"] = True
+            clock.advance(86_400.0)
 
     mover = threading.Thread(target=helper, name="test clock", daemon=True)
     mover.start()
@@ -198,3 +208,4 @@ def advancing(
         # is what the test reports then.
         assert seen.get("waited") or not must_wait, "the block ended before the clock moved"
         assert not seen.get("early"), f"the block ended {SHORT_S} s before its deadline"
+        assert not seen.get("late"), f"the block did not end within {HANG_S} s of its deadline"
