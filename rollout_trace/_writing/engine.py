@@ -35,7 +35,7 @@ from .config import TraceCounts, TracerConfig
 from .runner import Batch, FlushMark, SinkRunner, logger
 from .specs import SinkSpec, build_sinks
 
-__all__ = ["State", "Engine", "Wait", "drive_blocking", "drive_async", "logger"]
+__all__ = ["State", "Engine", "Wait", "drain_deadline", "drive_blocking", "drive_async", "logger"]
 
 _INF = math.inf
 # The share of the close deadline spent draining; the rest is for trace_closed
@@ -391,15 +391,15 @@ class Engine:
         live = self.live_sinks
         return bool(live) and all(r.first_missing >= boundary for r in live)
 
-    def closing(self, next_seq: int, deadline: float) -> Steps[bool]:
+    def closing(self, next_seq: int, deadline: float, drain_by: float) -> Steps[bool]:
         """Let the sinks write what they hold, write ``trace_closed``, close them.
 
         ``next_seq`` is the seq ``trace_closed`` takes: every seq below it was
-        emitted. Returns whether everything happened before ``deadline``.
+        emitted. The sinks drain until ``drain_by`` (``drain_deadline``, fixed
+        when the close was called). Returns whether everything happened
+        before ``deadline``.
         """
         self.state = State.CLOSING
-        now = self.monotonic()
-        drain_by = now + (deadline - now) * DRAIN_SHARE if deadline < _INF else _INF
 
         def drained() -> bool:
             self.check_stalls()
@@ -536,6 +536,15 @@ def _nothing() -> None:
 # At most one wake of the loop per switch interval: a stream of urgent events
 # drains the queue hundreds of times a second.
 _WAKE_EVERY = 0.005
+
+
+def drain_deadline(now: float, timeout: float) -> float:
+    """When the drain of a close called at ``now`` with ``timeout`` ends.
+
+    From the close's call, not from when the writer thread gets to it: a
+    writer held up would push the drain into the time left for the rest.
+    """
+    return now + timeout * DRAIN_SHARE
 
 
 def open_within(close_timeout: float, specs: Sequence[SinkSpec]) -> float:

@@ -65,6 +65,7 @@ from .engine import (
     State,
     Steps,
     Wait,
+    drain_deadline,
     drive_async,
     drive_blocking,
     logger,
@@ -218,7 +219,13 @@ class QueueMark:
 
 
 class CloseMark(QueueMark):
-    __slots__ = ()
+    """The close, queued; ``drain_by``: when its drain ends (``drain_deadline``)."""
+
+    __slots__ = ("drain_by",)
+
+    def __init__(self, deadline: float = math.inf, drain_by: float | None = None) -> None:
+        super().__init__(deadline)
+        self.drain_by = deadline if drain_by is None else drain_by
 
 
 class WriterRun:
@@ -824,7 +831,8 @@ class _TracerCore:
             self._state = State.CLOSING
             self._set_limit(0)
             limit = self._config.close_timeout if timeout is None else timeout
-            mark = CloseMark(self._config.deadline_clock() + limit)
+            now = self._config.deadline_clock()
+            mark = CloseMark(now + limit, drain_deadline(now, limit))
             self._run.close_mark = mark
             self._enqueue(self._run, mark)
             return mark
@@ -1087,7 +1095,7 @@ class _TracerCore:
                 runner.close()
             run.reach(mark)
             return
-        drive_blocking(engine, engine.closing(mark.boundary, mark.deadline))
+        drive_blocking(engine, engine.closing(mark.boundary, mark.deadline, mark.drain_by))
         # A drop that raced the close mark: after trace_closed's numbers.
         self._report.add_outside(peek_count(run.drops) - run.drops_folded)
         self._closed(run)

@@ -25,13 +25,14 @@ from importlib.metadata import EntryPoint
 from typing import Any
 
 import pytest
-from deadlines import HANG_S, POLLS_S, WatchedClock
+from deadlines import HANG_S, POLLS_S, WatchedClock, advancing
 from harness import DRIVERS as ALL_DRIVERS
 from harness import Driver, Handle, SyncDriver
 from tracecheck import check_runs
 
 import rollout_trace as rt
 import rollout_trace._writing.specs as sinkspec
+from rollout_trace._writing.engine import DRAIN_SHARE, Engine
 from rollout_trace.sinks import Sink
 from rollout_trace.testing import MockClock
 
@@ -328,6 +329,48 @@ def test_a_slow_try_at_the_close_is_not_begun_past_what_the_deadline_leaves(
     assert sink.failed == [start] and sink.flushes == 1
     assert clock() == start + 1.25  # the one try, and nothing waited for after it
     assert (out.counts.written, out.counts.dropped) == (len(_events(sink.stored())), 50)
+    (warning,) = _warnings(trace_log, uri, out.tracer.run_id)
+    assert f"did not deliver what it staged before the close deadline: {DOWN}" in warning
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=IDS)
+def test_the_drain_ends_at_its_share_of_the_close_however_late_the_writer_gets_there(
+    driver: Driver, uri: str, trace_log: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The drain's deadline is four fifths of close_timeout from the close's
+    # call. The writer thread gets to the close only once the clock stands
+    # there (a writer held up as a loaded machine may hold it): the close ends
+    # at once, the store given up. Timed from the writer's own read, the drain
+    # would pause for one more try, past where the clock was moved.
+    close_timeout = 2.5
+    clock = WatchedClock()
+    start = clock()
+    closing = Engine.closing
+
+    def held_up(engine: Engine, *args: Any) -> Any:
+        end = time.monotonic() + HANG_S  # (a hang guard: the clock moves at the close's call)
+        while clock() == start and time.monotonic() < end:
+            time.sleep(0.002)
+        return closing(engine, *args)
+
+    monkeypatch.setattr(Engine, "closing", held_up)
+
+    async def scenario(h: Handle) -> None:
+        _sink(h.tracer).up = False
+        await _emit(h, 0, 100)
+        assert not await h.flush()  # in the sink, staged: only its delivery is left
+
+    out = driver.run(
+        [uri],
+        scenario,
+        close_timeout=close_timeout,
+        deadline_clock=clock,
+        closing=lambda: advancing(clock, close_timeout * DRAIN_SHARE, early=False),
+    )
+    assert clock() == start + close_timeout * DRAIN_SHARE
+    c = out.counts
+    assert (c.emitted, c.written, c.dropped) == (100, 0, 100)
+    assert _sink(out.tracer).discarded
     (warning,) = _warnings(trace_log, uri, out.tracer.run_id)
     assert f"did not deliver what it staged before the close deadline: {DOWN}" in warning
 
