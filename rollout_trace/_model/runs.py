@@ -163,7 +163,7 @@ class Columns(Sequence[Any]):
             held = bytearray(len(self))
             for i in self.held:
                 held[i] = 1
-            self._place = (held, array("q", list(itertools.accumulate(held, initial=0))))
+            self._place = (held, array("i", list(itertools.accumulate(held, initial=0))))
         return self._place
 
     @overload
@@ -327,7 +327,7 @@ class Columns(Sequence[Any]):
 
     def attempts(self) -> AttemptTable:
         """The run's attempt events as one table, in order."""
-        where = array("q", list(compress(range(len(self)), self.kind.translate(_ATTEMPT_FLAGS))))
+        where = array("i", list(compress(range(len(self)), self.kind.translate(_ATTEMPT_FLAGS))))
         kinds = bytes(self.kind.translate(None, _NOT_ATTEMPT))
         if not self.held_attempts:
             # Rows are exactly the attempt events, in order.

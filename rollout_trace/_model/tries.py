@@ -76,8 +76,8 @@ class Tries:
     def __init__(self, run: RunEvents, table: AttemptTable) -> None:
         self._run = run
         self._table = table
-        self.first: array[int] = array("q")
-        self.end: array[int] = array("q")
+        self.first: array[int] = array("i")
+        self.end: array[int] = array("i")
         self.superseded_at: dict[int, float] = {}
 
     def __len__(self) -> int:
@@ -120,7 +120,7 @@ class Tries:
 
     def _of_run(self, column: array[Any], positions: Sequence[int], missing: Any) -> array[Any]:
         """The run's ``column`` at the events at table ``positions`` (-1: ``missing``)."""
-        where = self._table.where + array("q", [len(column)])
+        where = self._table.where + array("i", [len(column)])
         column = column + array(column.typecode, [missing])
         return array(
             column.typecode, list(map(column.__getitem__, map(where.__getitem__, positions)))
@@ -129,7 +129,7 @@ class Tries:
     @functools.cached_property
     def _start(self) -> array[int]:
         """Each try's first position, or -1 for a try with no start."""
-        out = array("q", self.first)
+        out = array("i", self.first)
         for i in compress(range(len(out)), self.start_kind.translate(_IS_ZERO)):
             out[i] = -1
         return out
