@@ -298,7 +298,8 @@ def work(paths):
         keys = zip(*(map(operator.attrgetter(f), rows)
                      for f in ("prompt_id", "generation_index", "attempt")))
         open_, end = {}, array("q")
-        for k, (key, kind) in enumerate(zip(keys, bytes(compress(kinds, kinds.translate(attempt))))):
+        row_kinds = bytes(compress(kinds, kinds.translate(attempt)))
+        for k, (key, kind) in enumerate(zip(keys, row_kinds)):
             j = open_.get(key)
             if kind <= RESUMED:
                 open_[key] = len(end)

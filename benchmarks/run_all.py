@@ -30,10 +30,11 @@ start-up and shutdown more, which is to the peers' disadvantage only where
 they are fast.
 
 Then ``cost_throughput.py`` (its own interleaved rounds of a bare msgspec
-decode loop, ``rollout-trace cost --jobs 1`` and ``--jobs <cores>``, and its
-memory case), with its targets: ``cost`` at the default ``--jobs`` reads at
-least as many lines a second as the bare loop, and peaks under 300 MB over
-10,000,000 lines with 100,000 siblings.
+decode loop, ``rollout-trace cost`` and the floor of a reader written in
+Python, in one process and over the cores, and its memory case), with its
+targets: ``cost`` reads at least half as many lines a second as the bare
+loop in one process and as many over the cores, and its processes peak
+under 500 MB together over 10,000,000 lines with 100,000 siblings.
 
 Last ``host_impact.py`` (its own interleaved rounds, ``--repeat`` of them):
 what the tracer costs the program hosting it, beside no tracer and a floor,
@@ -231,8 +232,8 @@ def write_readme(path: Path, args: argparse.Namespace, report: list[str]) -> Non
 
 def _cost_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     """``cost_throughput.py``: its own interleaved rounds of the bare msgspec loop,
-    ``cost --jobs 1`` and ``cost --jobs <cores>``, and the memory case."""
-    print("cost_throughput.py: bare loop, cost --jobs 1, --jobs <cores>", file=sys.stderr)
+    ``cost`` and the floor in one process and over the cores, and the memory case."""
+    print("cost_throughput.py: bare loop, cost and floor, 1 and <cores> processes", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cost.json"
         cmd = [sys.executable, str(HERE / "cost_throughput.py"), "--json", str(out)]
@@ -301,25 +302,24 @@ def _cost_targets(cost: dict[str, Any]) -> list[tuple[str, str]]:
     if "error" in cost:
         return [("FAIL", "rollout-trace cost: the benchmark failed")]
     out: list[tuple[str, str]] = []
-    parallel = f"cost --jobs {cost['jobs']}"
-    for name in dict.fromkeys(("cost --jobs 1", parallel)):
-        ratio = cost["modes"].get(name, {}).get("vs_bare_loop")
-        verdict = "PASS" if ratio is not None and ratio >= 1.0 else "FAIL"
-        target = name == parallel
-        out.append(
-            (
-                verdict if target else "NOTE",
-                f"{name} lines/s >= 1.0x the bare msgspec loop: {fmt(ratio, 2)}x",
-            )
-        )
+    modes = cost["modes"]
+    # cost's lines/s against the bare msgspec loop: at least 0.5x in one
+    # process, 1.0x over the usable cores (the floors are for comparison).
+    for name, least in (("cost --jobs 1", 0.5), (f"cost --jobs {cost['jobs']}", 1.0)):
+        ratio = modes.get(name, {}).get("vs_bare_loop")
+        verdict = "PASS" if ratio is not None and ratio >= least else "FAIL"
+        out.append((verdict, f"{name} lines/s >= {least}x the bare msgspec loop: {fmt(ratio, 2)}x"))
+    for name, r in modes.items():
+        if name.startswith("floor"):
+            out.append(("NOTE", f"{name}: {fmt(r['vs_bare_loop'], 2)}x the bare msgspec loop"))
     mem = cost.get("memory_case")
     if mem:
         peak = mem["peak_rss_bytes"] / 1e6
-        verdict = "PASS" if peak < 300 else "FAIL"
+        verdict = "PASS" if peak < 500 else "FAIL"
         out.append(
             (
                 verdict,
-                f"cost peak RSS < 300 MB at {mem['lines']:,} lines / "
+                f"cost peak RSS < 500 MB at {mem['lines']:,} lines / "
                 f"{mem['siblings']:,} siblings: {peak:,.0f} MB",
             )
         )
