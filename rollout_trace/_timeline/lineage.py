@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import itemgetter
 from typing import Any
 
 from .._model.terms import same_use
@@ -193,25 +193,34 @@ class TriesState:
 
     # Every sibling seen has had a try: its count is at least 1.
     count: dict[Sibling, int] = field(default_factory=dict)
-    # sibling -> (group id, attempt, run id) of the seal that ended its use
-    sealed: dict[Sibling, tuple[str, int, str]] = field(default_factory=dict)
+    # Per run passed, in pass order: sibling -> the try of that run whose seal
+    # ended its use. A sibling is in one of them at most (its latest seal).
+    sealed: list[tuple[RunLine, dict[Sibling, int]]] = field(default_factory=list)
 
     def finish(self) -> Counter[tuple[str, str]]:
         """The uses sealed and not yet closed, each as (the run that sealed it, its
         bucket), as if every sibling's use ended here."""
-        count = self.count
-        wheres = map(itemgetter(2), self.sealed.values())
-        buckets = map(_BUCKETS.get, map(count.__getitem__, self.sealed), _MANY)
-        return Counter(zip(wheres, buckets, strict=False))
+        out: Counter[tuple[str, str]] = Counter()
+        for run, held in self.sealed:
+            for n, uses in Counter(map(self.count.__getitem__, held)).items():
+                out[run.run_id, bucket(n)] += uses
+        return out
 
     def unsealed(self) -> int:
         """Siblings with tries and no seal since: their use is open."""
         # Every sealed sibling is counted (``tries_pass`` counts a seal's sibling).
-        return len(self.count) - len(self.sealed)
+        return len(self.count) - sum(len(held) for _, held in self.sealed)
+
+    def pop_seal(self, key: Sibling) -> tuple[RunLine, int] | None:
+        """The seal that ended the sibling's use (its run, its try there), taken off."""
+        for run, held in self.sealed:
+            i = held.pop(key, None)
+            if i is not None:
+                return run, i
+        return None
 
 
 _BUCKETS = {0: "1", 1: "1", 2: "2"}
-_MANY = itertools.repeat("3+")
 
 
 def bucket(n: int) -> str:
@@ -229,30 +238,47 @@ def tries_pass(
     stopped run, the siblings whose seal there its restored state holds
     (``Timeline.kept``). A start comes before a seal of the same seq."""
     t = run.tries
-    starts = list(compress(range(len(t)), t.started))
-    seals = t.sealed_indices()
-    both = starts + list(seals)
+    n = len(t)
+    keys = list(zip(t.prompt_id, t.generation_index, strict=True))
+    sealed_flags = list(map(operator.eq, t.outcome, _SEALED))
+    count = state.count
+    own: dict[Sibling, int] = {}
+    state.sealed.append((run, own))
+    # Siblings walk apart. One with a single try in the run and none before it
+    # (most of them) ends with one try, and its seal if it sealed: taken in C.
+    # The others are walked event by event.
+    tries_of = Counter(keys)
+    walked = {key for key, k in tries_of.items() if k > 1} | (tries_of.keys() & count.keys())
+    alone = list(map(operator.not_, map(walked.__contains__, keys)))
+    touched = map(operator.or_, t.started, sealed_flags)
+    count.update(zip(compress(keys, map(operator.and_, alone, touched)), _ONES, strict=False))
+    alone_sealed = list(map(operator.and_, alone, sealed_flags))
+    own.update(zip(compress(keys, alone_sealed), compress(range(n), alone_sealed), strict=True))
+    closed: Counter[tuple[str, str]] = Counter()
+    if not walked:
+        return closed
+    starts = list(compress(range(n), map(operator.and_, t.started, map(operator.not_, alone))))
+    seals = [i for i in t.sealed_indices() if not alone[i]]
+    both = starts + seals
     # Starts and seals in one order, made in C: seq, then starts first.
     at = [s * 2 for s in map(t.start_seq.__getitem__, starts)]
     at += [s * 2 + 1 for s in map(t.end_seq.__getitem__, seals)]
     order = sorted(range(len(both)), key=at.__getitem__)
-    keys = list(zip(t.prompt_id, t.generation_index, strict=True))
     gid, attempt, turn = t.group_id, t.attempt, t.resumed_turn
     n_starts = len(starts)
-    closed: Counter[tuple[str, str]] = Counter()
-    count, sealed = state.count, state.sealed
     run_id = run.run_id
     for k in order:
         i = both[k]
         key = keys[i]
         if k < n_starts:
-            held = sealed.pop(key, None)
+            held = state.pop_seal(key)
             if held is not None:
-                group, was, where = held
+                by, j = held
+                where = by.run_id
                 held_there = kept.get(where)
                 goes_on = same_use(
-                    group,
-                    was,
+                    by.tries.group_id[j],
+                    by.tries.attempt[j],
                     where,
                     gid[i],
                     attempt[i],
@@ -264,11 +290,16 @@ def tries_pass(
                     count[key] = 0
             # A resume goes on with a try counted where it began (if that is
             # in the set: else it is the first try seen).
-            n = count.get(key, 0)
-            if turn[i] is None or not n:
-                count[key] = n + 1
+            c = count.get(key, 0)
+            if turn[i] is None or not c:
+                count[key] = c + 1
         else:
             if key not in count:
                 count[key] = 1  # its start is before the trace set: one try at least
-            sealed[key] = (gid[i], attempt[i], run_id)
+            state.pop_seal(key)  # the latest seal stands
+            own[key] = i
     return closed
+
+
+_ONES = itertools.repeat(1)
+_SEALED = itertools.repeat("sealed")
