@@ -132,9 +132,14 @@ class Lineage:
         p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
         m = run.marks
         steps = [at for at, code in enumerate(m.codes) if code == STEP]
-        # The run's seals before its last step, by end seq, filed by group id:
-        # each group's are taken into its latest seal per sibling as steps reach them.
-        own = sorted(t.sealed_indices(), key=end_seq.__getitem__)
+        named_by = [m.b[at] if isinstance(m.b[at], list) else [] for at in steps]
+        # The run's seals of the groups steps name, before its last step, by end
+        # seq, filed by group id: each group's are taken into its latest seal per
+        # sibling as steps reach them.
+        named = {n for names in named_by for n in names if isinstance(n, str)}
+        sealed = t.sealed_indices()
+        of_named = compress(sealed, map(named.__contains__, map(gid.__getitem__, sealed)))
+        own = sorted(of_named, key=end_seq.__getitem__)
         last_step = m.seqs[steps[-1]] if steps else -1
         pending: dict[str, list[int]] = {}
         for i in own[: bisect_left(own, last_step, key=end_seq.__getitem__)]:
@@ -143,12 +148,11 @@ class Lineage:
         taken: dict[str, int] = {}
         versions = run.step_versions
         out = []
-        for at in steps:
+        for at, names in zip(steps, named_by, strict=True):
             seq = m.seqs[at]
-            named = m.b[at] if isinstance(m.b[at], list) else []
             tries: list[tuple[RunLine, int, int | None]] = []
             missing = 0
-            for group in dict.fromkeys(n for n in named if isinstance(n, str)):
+            for group in dict.fromkeys(n for n in names if isinstance(n, str)):
                 seals = pending.get(group, [])
                 k = taken.get(group, 0)
                 upto = bisect_left(seals, seq, lo=k, key=end_seq.__getitem__)
