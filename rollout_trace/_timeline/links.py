@@ -40,9 +40,11 @@ Its p50 is linear between the closest ranks, as every percentile of
 from __future__ import annotations
 
 import itertools
+import operator
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any, NamedTuple
 
 from .._model.terms import same_use
@@ -160,19 +162,24 @@ def plan_links(tl: Timeline, us: Us, starts: Sequence[list[float]]) -> list[RunL
         out.append(links)
         done[id(run)] = links
         incoming = handed.pop(run.index, {})
-        # Sibling -> its latest try in this run (its index), waiting for the next.
-        waiting: dict[_Sibling, int] = {}
-        keys = zip(t.prompt_id, t.generation_index, strict=True)
-        for i, key, start in zip(range(n), keys, links.start, strict=True):
-            j = waiting.get(key, -1)
-            waiting[key] = i
-            if j >= 0:
+        keys = list(zip(t.prompt_id, t.generation_index, strict=True))
+        # Sibling -> its first try in this run, and its last (waiting for the next).
+        first = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
+        waiting = dict(zip(keys, range(n), strict=True))
+        # A try flows in from its sibling's try before it in the run, or, as its
+        # first there, from one handed on; the others (most) take no flow.
+        later = compress(range(n), map(operator.ne, map(first.__getitem__, keys), range(n)))
+        handed_on = map(first.__getitem__, incoming.keys() & first.keys())
+        last = dict(first)
+        for i in sorted(itertools.chain(later, handed_on)):
+            key, start = keys[i], links.start[i]
+            j = last[key]
+            last[key] = i
+            if j != i:
                 src_links, at, src_start, before = links, j, links.start[j], run
-            elif incoming and key in incoming:
+            else:
                 # Taken at the sibling's first try in this run, whatever it is.
                 src_links, at, src_start, before = incoming.pop(key)
-            else:
-                continue
             if (
                 src_start <= start
                 and not src_links.flags[at] & FLOW_OUT
