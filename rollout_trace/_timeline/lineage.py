@@ -34,11 +34,13 @@ seals (hedged tries) belongs to the sealed use.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import operator
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
@@ -137,9 +139,11 @@ class Lineage:
         # seq, filed by group id: each group's are taken into its latest seal per
         # sibling as steps reach them.
         named = {n for names in named_by for n in names if isinstance(n, str)}
-        sealed = t.sealed_indices()
-        of_named = compress(sealed, map(named.__contains__, map(gid.__getitem__, sealed)))
-        own = sorted(of_named, key=end_seq.__getitem__)
+        sealed: Sequence[int] = t.sealed_indices()
+        # A group id that cannot be a key (events built in Python): all are taken, as filed.
+        with contextlib.suppress(TypeError):
+            sealed = list(compress(sealed, map(named.__contains__, map(gid.__getitem__, sealed))))
+        own = sorted(sealed, key=end_seq.__getitem__)
         last_step = m.seqs[steps[-1]] if steps else -1
         pending: dict[str, list[int]] = {}
         for i in own[: bisect_left(own, last_step, key=end_seq.__getitem__)]:
