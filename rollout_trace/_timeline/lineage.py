@@ -201,34 +201,27 @@ class TriesState:
 
     # Every sibling seen has had a try: its count is at least 1.
     count: dict[Sibling, int] = field(default_factory=dict)
-    # Per run passed, in pass order: sibling -> the try of that run whose seal
-    # ended its use. A sibling is in one of them at most (its latest seal).
-    sealed: list[tuple[RunLine, dict[Sibling, int]]] = field(default_factory=list)
+    # sibling -> the seal that ended its use: its run, and its try there.
+    sealed: dict[Sibling, tuple[RunLine, int]] = field(default_factory=dict)
 
     def finish(self) -> Counter[tuple[str, str]]:
         """The uses sealed and not yet closed, each as (the run that sealed it, its
         bucket), as if every sibling's use ended here."""
-        out: Counter[tuple[str, str]] = Counter()
-        for run, held in self.sealed:
-            for n, uses in Counter(map(self.count.__getitem__, held)).items():
-                out[run.run_id, bucket(n)] += uses
-        return out
+        count = self.count
+        wheres = map(_RUN_ID_OF, map(_RUN_OF, self.sealed.values()))
+        buckets = map(_BUCKETS.get, map(count.__getitem__, self.sealed), _MANY)
+        return Counter(zip(wheres, buckets, strict=False))
 
     def unsealed(self) -> int:
         """Siblings with tries and no seal since: their use is open."""
         # Every sealed sibling is counted (``tries_pass`` counts a seal's sibling).
-        return len(self.count) - sum(len(held) for _, held in self.sealed)
-
-    def pop_seal(self, key: Sibling) -> tuple[RunLine, int] | None:
-        """The seal that ended the sibling's use (its run, its try there), taken off."""
-        for run, held in self.sealed:
-            i = held.pop(key, None)
-            if i is not None:
-                return run, i
-        return None
+        return len(self.count) - len(self.sealed)
 
 
 _BUCKETS = {0: "1", 1: "1", 2: "2"}
+_MANY = itertools.repeat("3+")
+_RUN_OF = operator.itemgetter(0)
+_RUN_ID_OF = operator.attrgetter("run_id")
 
 
 def bucket(n: int) -> str:
@@ -249,9 +242,7 @@ def tries_pass(
     n = len(t)
     keys = list(zip(t.prompt_id, t.generation_index, strict=True))
     sealed_flags = list(map(operator.eq, t.outcome, _SEALED))
-    count = state.count
-    own: dict[Sibling, int] = {}
-    state.sealed.append((run, own))
+    count, sealed = state.count, state.sealed
     # Siblings walk apart. One with a single try in the run and none before it
     # (most of them) ends with one try, and its seal if it sealed: taken in C.
     # The others are walked event by event.
@@ -261,7 +252,8 @@ def tries_pass(
     touched = map(operator.or_, t.started, sealed_flags)
     count.update(zip(compress(keys, map(operator.and_, alone, touched)), _ONES, strict=False))
     alone_sealed = list(map(operator.and_, alone, sealed_flags))
-    own.update(zip(compress(keys, alone_sealed), compress(range(n), alone_sealed), strict=True))
+    at_run = zip(itertools.repeat(run), compress(range(n), alone_sealed))
+    sealed.update(zip(compress(keys, alone_sealed), at_run, strict=False))
     closed: Counter[tuple[str, str]] = Counter()
     if not walked:
         return closed
@@ -279,7 +271,7 @@ def tries_pass(
         i = both[k]
         key = keys[i]
         if k < n_starts:
-            held = state.pop_seal(key)
+            held = sealed.pop(key, None)
             if held is not None:
                 by, j = held
                 where = by.run_id
@@ -304,8 +296,7 @@ def tries_pass(
         else:
             if key not in count:
                 count[key] = 1  # its start is before the trace set: one try at least
-            state.pop_seal(key)  # the latest seal stands
-            own[key] = i
+            sealed[key] = (run, i)  # the latest seal stands
     return closed
 
 
