@@ -166,10 +166,12 @@ def generate(
         while len(buf) < per_run:
             step += 1
             open_now: list[tuple[float, rt.Event]] = []
+            trained: list[str] = []
             for _ in range(GROUPS_PER_STEP):
                 prompt = next_prompt if prompts is None else next_prompt % prompts
                 next_prompt += 1
                 gid = f"p{prompt}"
+                trained.append(gid)
                 put(
                     rt.GroupReserved(
                         group_id=gid,
@@ -243,7 +245,9 @@ def generate(
             for done, ev in open_now:
                 put(ev, done)
             t = open_now[-1][0] + 0.5
-            put(rt.StepTrained(step=step, group_ids=[]), t)
+            # The step trains the groups it reserved (their seals, for report and
+            # the timeline's flows), as a controller names them.
+            put(rt.StepTrained(step=step, group_ids=trained), t)
             put(rt.WeightsSynced(weight_version=step), t)
             if step % SNAPSHOT_EVERY == 0:
                 path = f"/ckpt/snapshot-{step}"

@@ -288,6 +288,13 @@ def _cost_report(cost: dict[str, Any]) -> str:
         "sum of each process's own peak (the command, a forkserver, the workers):\n\n"
     )
     out += table(["what", "wall s", "lines/s", "vs bare loop", "peak RSS MiB"], rows)
+    if any(name.startswith("floor") for name in cost["modes"]):
+        out += (
+            "\n\nThe floor is the least a reader of the model written in Python does "
+            "(`FLOOR_LOOP` in `cost_throughput.py`: msgspec's typed decode of every line, "
+            "the columns a try is made of, the pairing of ends with starts, nothing kept): "
+            "what `cost` can reach without code compiled for the purpose."
+        )
     mem = cost.get("memory_case")
     if mem:
         out += (
