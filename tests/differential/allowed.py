@@ -53,7 +53,8 @@ D1 = True
 # showed its last event, at the latest time of the run's events, which
 # differs when its clock stepped back. Its count of gzip files with damaged
 # bytes is that of the files the base's validate names gzip damage in (the
-# base's watch missed damage at the end of a file).
+# base's watch missed damage at the end of a file), said with no run read as
+# it is beside runs (the base said nothing of damage then: the issue's case).
 D2 = True
 # D3 (order): summary and watch list runs in the report's run order.
 D3 = True
@@ -78,7 +79,9 @@ D5 = True
 # D6 (issue #30: validate gives a file that is no trace one verdict): a file
 # none of whose lines is an event gets one finding, the base's "not a trace"
 # one with the first of the base's findings of its lines appended ("; line N:
-# reason"), in place of those findings; the verdict counts the findings left.
+# reason"), in place of those findings; the verdict counts the findings left,
+# and a set with no event at all says so in #30's words ("no line of the M
+# file(s) is an event (N line(s))").
 D6 = True
 
 # The wall clock watch is run with, in both versions.
@@ -198,6 +201,8 @@ def expectations(
             e.why.append("D3")
         got = render(request)
         _check(got)
+        if D2:
+            got["out"] = _damage_with_no_run(got["out"], request["bad_lines"], request["damaged"])
         e.outcome.out = got["out"]
         e.outcome.rc = got["rc"]
     if D5:
@@ -258,7 +263,31 @@ def _one_verdict_per_file(out: str) -> str:
     if severities.count("note"):
         counts += f", {severities.count('note')} note(s)"
     verdict = _COUNTS.sub(counts, verdict)
+    verdict = _NO_EVENT_VERDICT.sub(
+        r"not a trace: no line of the \2 file(s) is an event (\1 line(s))", verdict
+    )
     return "\n".join([*(f for _, f in kept), verdict]) + "\n"
+
+
+# The base's verdict on a set none of whose lines is an event.
+_NO_EVENT_VERDICT = re.compile(
+    r"not a trace: not one of the ([\d,]+) lines in ([\d,]+) file\(s\) is an event"
+)
+_NO_RUN = "no trace event yet"
+
+
+def _damage_with_no_run(out: str, bad_lines: int, damaged: int) -> str:
+    """D2: a watch frame that read no run, saying its damaged gzip files in the
+    words the frame uses beside runs (the base's said only its bad lines)."""
+    lines = out.rstrip("\n").split("\n")
+    if not damaged or _NO_RUN not in lines:
+        return out
+    said = (
+        f"lines that are no trace event: {bad_lines:,}; gzip files with damaged bytes "
+        f"(skipped to the next member): {damaged:,}"
+    )
+    lines[lines.index(_NO_RUN) + 1 :] = [said]
+    return "\n".join(lines) + "\n"
 
 
 # The warning #27 added: a snapshot's captured_at after its own line's time.

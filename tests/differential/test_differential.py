@@ -320,3 +320,35 @@ def test_d5_takes_a_restored_run_that_only_ends_a_kept_sibling_for_a_new_use() -
     assert masks_for(stops, {}, header + rows).uses
     later = {"stops": [{"stopped_run": "a", "restored_run": "b", "captured_at": 821.5}]}
     assert not masks_for(later, {}, header + rows).uses
+
+
+def test_d6_words_a_set_with_no_event_as_validate_says_it_now() -> None:
+    # Case 2027: one torn line, the whole set. #30 gave the verdict new words.
+    base = (
+        "t/run-0.jsonl:1: error: torn last line: no newline at the end of the file\n"
+        "t/run-0.jsonl: error: not a trace: none of its 1 line(s) is an event\n"
+        "not valid: not a trace: not one of the 1 lines in 1 file(s) is an event: "
+        "2 error(s), 0 warning(s)\n"
+    )
+    assert allowed._one_verdict_per_file(base).splitlines() == [
+        "t/run-0.jsonl: error: not a trace: none of its 1 line(s) is an event; "
+        "line 1: torn last line: no newline at the end of the file",
+        "not valid: not a trace: no line of the 1 file(s) is an event (1 line(s)): "
+        "1 error(s), 0 warning(s)",
+    ]
+
+
+def test_d2_says_the_damage_of_a_set_with_no_run_read() -> None:
+    # Case 2027 again, its gzip layout: the second case, where watch
+    # said nothing of the damage.
+    frame = "rollout-trace watch: 0 run(s) in 1 file(s), 0 events, at T\n\nno trace event yet\n"
+    said = allowed._damage_with_no_run(
+        frame + "lines that are no trace event: 1\n", bad_lines=1, damaged=1
+    )
+    assert said == frame + (
+        "lines that are no trace event: 1; gzip files with damaged bytes "
+        "(skipped to the next member): 1\n"
+    )
+    assert allowed._damage_with_no_run(frame, bad_lines=0, damaged=0) == frame
+    with_runs = "rollout-trace watch: 1 run(s) in 1 file(s), 3 events, at T\n\nrun table\n"
+    assert allowed._damage_with_no_run(with_runs, bad_lines=0, damaged=1) == with_runs
