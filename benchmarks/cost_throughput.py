@@ -25,7 +25,8 @@ processes (the command, a forkserver, the workers) of each one's own peak
 
 Then the memory case: a set of ``--memory-lines`` lines (10,000,000) in 10
 runs whose prompts come round again so that it holds ``--memory-siblings``
-siblings (100,000), read once by ``cost --jobs N``: its peak RSS, as above.
+siblings (100,000), read once by ``cost --jobs N``: its peak RSS, as above,
+and its wall time against one run of the bare loop over the same files.
 
 Prints Markdown tables and writes the numbers as JSON to ``--json``.
 
@@ -524,19 +525,24 @@ def main() -> None:
             mem_lines = _generate(folder, args.memory_lines, 10, args.seed, args.memory_siblings)
             pattern = str(folder / "*.jsonl")
             cmd = [sys.executable, "-m", "rollout_trace", "cost", pattern, "--json"]
+            # The bare loop just before, on the same files: the case's speed target too.
+            bare_wall = run_once([sys.executable, "-c", BARE_LOOP, pattern])[0]
             wall, _, tree, largest, _ = run_once([*cmd, "--jobs", str(args.jobs)])
         result["memory_case"] = {
             "lines": mem_lines,
             "siblings": args.memory_siblings,
             "jobs": args.jobs,
             "wall_s": wall,
+            "bare_loop_wall_s": bare_wall,
+            "vs_bare_loop": bare_wall / wall,
             "peak_rss_bytes": tree,
             "largest_process_rss_bytes": largest,
         }
         print(
             f"\nmemory case: {mem_lines:,} lines, {args.memory_siblings:,} siblings, "
             f"--jobs {args.jobs}: peak RSS {tree / 1e6:.0f} MB (all processes; the largest "
-            f"one {largest / 1e6:.0f} MB), {wall:.1f} s"
+            f"one {largest / 1e6:.0f} MB), {wall:.1f} s ({bare_wall / wall:.2f}x the bare "
+            f"loop's {bare_wall:.1f} s)"
         )
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
 

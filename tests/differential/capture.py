@@ -10,8 +10,10 @@ byte, or field for field where a layout of columns depends on them):
 
 - the figures ``resumed``, ``resumed_s``, ``redone``, ``redone_s``, ``lost_s``
   and their reasons, the meaning column of the cost table for them and for
-  ``restarted`` (reworded), and the notes ``resumed_not_in_flight`` and
-  ``prompt_id_types`` (their sets of siblings follow the classes). The
+  ``restarted`` (reworded), the notes ``resumed_not_in_flight`` and
+  ``prompt_id_types`` (their sets of siblings follow the classes), and the
+  notes of a capture later than the stop or than the line that published it
+  (``captured_after_stop``, ``captured_after_published``: new with C). The
   figures that keep their definition (``in_flight``, ``restarted``,
   ``thrown_away_s``, ``captured_at``, the times and steps) are compared;
 - a try's ``fate`` and ``stop`` where either version may mark it ``resumed``
@@ -54,16 +56,19 @@ __all__ = ["CHANGED", "Masks", "masks_for", "note_line"]
 # The figures whose definition changed (resumed_s is new).
 CHANGED = frozenset({"resumed", "resumed_s", "redone", "redone_s", "lost_s"})
 _REWORDED = CHANGED | {"restarted"}
-_NOTE_KINDS = frozenset({"resumed_not_in_flight", "prompt_id_types"})
+_NOTE_KINDS = frozenset(
+    {"resumed_not_in_flight", "prompt_id_types", "captured_after_stop", "captured_after_published"}
+)
 # The same notes as text (stderr, report's notes), in either version's words.
 _NOTE_TEXT = re.compile(
     r"(^|: )run \S+ resumed \d+ sibling\(s\) that |sibling\(s\) differ only in the JSON type of"
+    r"|'s \S+ says was captured at \S+, \S+ s after the (stop|line that published it) "
 )
 _MASKED = "<D5>"
 
 
 def note_line(line: str) -> bool:
-    """Whether a line of text is one of the notes whose siblings follow the classes."""
+    """Whether a line of text is one of the notes D5 leaves out (see the module)."""
     return bool(_NOTE_TEXT.search(line))
 
 

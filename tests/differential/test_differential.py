@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from differential import allowed
-from differential.capture import Masks, masks_for
+from differential.capture import Masks, masks_for, note_line
 from differential.harness import case_set, describe, run_case
 from differential.layouts import LAYOUTS
 from differential.outputs import superseded
@@ -352,3 +352,27 @@ def test_d2_says_the_damage_of_a_set_with_no_run_read() -> None:
     assert allowed._damage_with_no_run(frame, bad_lines=0, damaged=0) == frame
     with_runs = "rollout-trace watch: 1 run(s) in 1 file(s), 3 events, at T\n\nrun table\n"
     assert allowed._damage_with_no_run(with_runs, bad_lines=0, damaged=1) == with_runs
+
+
+def test_d5_leaves_out_the_notes_of_a_late_capture() -> None:
+    # Case 7014: a snapshot captured 0.25 s after the line that published it,
+    # which #27 notes and the base did not.
+    published = (
+        "rollout-trace: note: run b restores '/ckpt/s', which run a's snapshot_published "
+        "says was captured at 1750000063.750, 0.250 s after the line that published it "
+        "(at 1750000063.500): a snapshot is published after it is captured"
+    )
+    stop = (
+        "run b restores '/ckpt/s', which run a's trainer_checkpoint_published says was "
+        "captured at 5.000, 1.000 s after the stop (its last event, at 4.000): no work"
+    )
+    assert note_line(published) and note_line(stop)
+    assert not note_line("rollout-trace: note: run a's clock stepped back 2.000 s")
+    notes = [
+        {"kind": "captured_after_published", "run_id": "b", "text": published},
+        {"kind": "captured_after_stop", "run_id": "b", "text": stop},
+        {"kind": "clock_skew", "run_id": "b", "text": "skew"},
+    ]
+    doc = {"stops": [], "reasons": [], "notes": notes}
+    masked = json.loads(Masks().cost_json(json.dumps(doc)))
+    assert [n["kind"] for n in masked["notes"]] == ["clock_skew"]
