@@ -2,13 +2,16 @@
 
 Generates a trace set of ``--lines`` lines (3,000,000 by default; several
 controller runs, one file each, written by ``cost_throughput.generate``) and
-runs ``python -m rollout_trace`` ``cost``, ``summary``, ``validate`` and
-``timeline -o OUT.json`` / ``OUT.html`` over it, each ``--repeat`` times, in a
-subprocess of its own, interleaved (A B C A B C: the machine's drift falls on
-every command alike). Reported per command: the median wall time (start-up
-included), lines per second (lines of the set divided by that median) and the
-peak resident memory of the child (``ru_maxrss`` of the waited-for process,
-the largest over the repeats).
+runs ``python -m rollout_trace`` ``cost``, ``summary``, ``validate``,
+``report``, ``attempts -o OUT.csv``, ``watch --once`` and ``timeline -o
+OUT.json`` / ``OUT.html`` over it, each ``--repeat`` times, in a subprocess of
+its own, interleaved (A B C A B C: the machine's drift falls on every command
+alike). Reported per command: the median wall time (start-up included), lines
+per second (lines of the set divided by that median) and the peak resident
+memory of the child (``ru_maxrss`` of the waited-for process, the largest over
+the repeats); then, for ``report``, ``attempts``, ``summary``, ``watch`` and
+the timeline JSON, their time and memory over ``cost``'s on the same input,
+each to be at most 1.5x (``BOUND``).
 
 Variants, each an input of its own:
 
@@ -53,7 +56,20 @@ from typing import IO, Any
 
 from _bench import count_lines, fmt, machine, machine_line, maxrss_kib, table
 
-COMMANDS = ("cost", "summary", "validate", "timeline.json", "timeline.html")
+COMMANDS = (
+    "cost",
+    "summary",
+    "validate",
+    "report",
+    "attempts.csv",
+    "watch",
+    "timeline.json",
+    "timeline.html",
+)
+# The one-model issue's bound: each of these within 1.5x of cost's time and
+# memory on the same input (``watch`` is ``watch --once``).
+WITHIN_COST = ("report", "attempts.csv", "summary", "watch", "timeline.json")
+BOUND = 1.5
 # A text log is no trace: there is nothing to draw, but what the analysis
 # commands do with 3M lines of it (memory above all) is what users meet.
 TEXT_LOG_COMMANDS = ("validate", "summary", "cost")
@@ -333,9 +349,12 @@ def _tail(f: IO[bytes], size: int = 8192) -> tuple[int, str]:
 
 
 def command_line(command: str, target: Path, out_dir: str) -> list[str]:
-    args = [sys.executable, "-m", "rollout_trace", command.split(".")[0], str(target)]
-    if command.startswith("timeline"):
-        args += ["-o", os.path.join(out_dir, "timeline." + command.split(".")[1])]
+    name, _, suffix = command.partition(".")
+    args = [sys.executable, "-m", "rollout_trace", name, str(target)]
+    if suffix:  # a command that writes a file: timeline.json, attempts.csv
+        args += ["-o", os.path.join(out_dir, command)]
+    if name == "watch":
+        args.append("--once")
     return args
 
 
@@ -354,6 +373,29 @@ def imported_from(env: dict[str, str], cwd: str) -> str:
         [sys.executable, "-c", probe], env=env, cwd=cwd, capture_output=True, text=True, check=True
     )
     return proc.stdout.strip()
+
+
+def against_cost(
+    jobs: list[tuple[InputSet, str]], runs: dict[tuple[str, str], list[dict[str, Any]]]
+) -> list[list[Any]]:
+    """Per input with a ``cost`` run, each command of ``WITHIN_COST`` run on it: its
+    median time and peak memory over cost's, and PASS or FAIL against ``BOUND``."""
+    rows = []
+    for spec, command in jobs:
+        cost = runs.get((spec.name, "cost"))
+        if command not in WITHIN_COST or not cost:
+            continue
+        mine, theirs = summarize(runs[spec.name, command], 1), summarize(cost, 1)
+        if mine["median_wall_s"] is None or theirs["median_wall_s"] is None:
+            rows.append([spec.name, command, "-", "-", "FAIL (stopped)"])
+            continue
+        time_x = mine["median_wall_s"] / theirs["median_wall_s"]
+        memory_x = mine["peak_rss_bytes"] / theirs["peak_rss_bytes"]
+        ok = time_x <= BOUND and memory_x <= BOUND
+        rows.append(
+            [spec.name, command, f"{time_x:.2f}x", f"{memory_x:.2f}x", "PASS" if ok else "FAIL"]
+        )
+    return rows
 
 
 def summarize(runs: list[dict[str, Any]], lines: int) -> dict[str, Any]:
@@ -467,8 +509,8 @@ def main() -> None:
                     f"exit {result['exit_code']} {result.get('stopped', '')}",
                     file=sys.stderr,
                 )
-                for name in os.listdir(tmp):  # timeline outputs can be hundreds of MB
-                    if name.startswith("timeline."):
+                for name in os.listdir(tmp):  # written outputs can be hundreds of MB
+                    if name in COMMANDS:
                         os.unlink(os.path.join(tmp, name))
 
     m = machine()
@@ -522,6 +564,10 @@ def main() -> None:
         "status",
     ]
     print(table(header, rows))
+    bounds = against_cost(jobs, runs)
+    if bounds:
+        print(f"\nagainst cost on the same input (the bound: {BOUND}x its time and memory):\n")
+        print(table(["input", "command", "time", "memory", "verdict"], bounds))
     if args.json:
         report = {"machine": m, "imported": imported, "args": sys.argv[1:], "results": results}
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
