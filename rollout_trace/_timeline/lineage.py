@@ -81,8 +81,10 @@ class Lineage:
             if a is not None and b is not None and a is not b:
                 self.before.setdefault(b.run_id, a)
                 self.after.setdefault(a.run_id, b)
-        # Run id -> group id -> sibling -> its latest sealed try there.
+        # Run id -> group id -> sibling -> its latest sealed try there; and group
+        # id -> the runs filed so that sealed it (a step looks only at those).
         self._seals: dict[str, dict[str, dict[Sibling, int]]] = {}
+        self._sealed_in: dict[str, list[RunLine]] = {}
         self._versions: dict[str, dict[tuple[int | str, int, int], int]] = {}
 
     def chain(self, run: RunLine) -> list[RunLine]:
@@ -106,6 +108,8 @@ class Lineage:
                 old = group.get(key)
                 if old is None or end_seq[i] > end_seq[old]:
                     group[key] = i
+            for group_id in held:
+                self._sealed_in.setdefault(group_id, []).append(run)
         return held
 
     def _version(self, chain: list[RunLine], run: RunLine, i: int) -> int | None:
@@ -151,6 +155,10 @@ class Lineage:
         latest: dict[str, dict[Sibling, int]] = {}
         taken: dict[str, int] = {}
         versions = run.step_versions
+        # The earlier runs of the chain by place, the latest first, their seals filed.
+        place = {r.run_id: k for k, r in enumerate(chain[1:])}
+        for r in chain[1:]:
+            self._seals_of(r)
         out = []
         for at, names in zip(steps, named_by, strict=True):
             seq = m.seqs[at]
@@ -165,8 +173,10 @@ class Lineage:
                     held[(p[i], g[i])] = i
                 taken[group] = upto
                 found = {key: (run, i) for key, i in held.items()}
-                for r in chain[1:]:  # the latest run first: its seals stand
-                    for key, i in self._seals_of(r).get(group, {}).items():
+                # The earlier runs that sealed the group, the latest first: its seals stand.
+                sealers = [r for r in self._sealed_in.get(group, ()) if r.run_id in place]
+                for r in sorted(sealers, key=lambda r: place[r.run_id]):
+                    for key, i in self._seals[r.run_id][group].items():
                         found.setdefault(key, (r, i))
                 if not found:
                     missing += 1
