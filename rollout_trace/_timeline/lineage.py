@@ -103,6 +103,8 @@ class Lineage:
             t = run.tries
             p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
             for i in t.sealed_indices():
+                if not isinstance(gid[i], str):
+                    continue  # a step names groups by str: never looked up
                 group = held.setdefault(gid[i], {})
                 key = (p[i], g[i])
                 old = group.get(key)
@@ -155,10 +157,11 @@ class Lineage:
         latest: dict[str, dict[Sibling, int]] = {}
         taken: dict[str, int] = {}
         versions = run.step_versions
-        # The earlier runs of the chain by place, the latest first, their seals filed.
-        place = {r.run_id: k for k, r in enumerate(chain[1:])}
-        for r in chain[1:]:
-            self._seals_of(r)
+        # The earlier runs of the chain by place, the latest first; their seals are
+        # filed at the first group a step names, as they are first needed.
+        earlier = chain[1:]
+        place = {r.run_id: k for k, r in enumerate(earlier)}
+        filed = False
         out = []
         for at, names in zip(steps, named_by, strict=True):
             seq = m.seqs[at]
@@ -173,10 +176,21 @@ class Lineage:
                     held[(p[i], g[i])] = i
                 taken[group] = upto
                 found = {key: (run, i) for key, i in held.items()}
-                # The earlier runs that sealed the group, the latest first: its seals stand.
-                sealers = [r for r in self._sealed_in.get(group, ()) if r.run_id in place]
-                for r in sorted(sealers, key=lambda r: place[r.run_id]):
-                    for key, i in self._seals[r.run_id][group].items():
+                if not filed:
+                    for r in earlier:
+                        self._seals_of(r)
+                    filed = True
+                # The earlier runs that sealed the group, the latest first (its seals
+                # stand): of those filed as sealing it, or of the chain, the fewer.
+                sealers = self._sealed_in.get(group, ())
+                if len(sealers) < len(earlier):
+                    ours = sorted(
+                        (r for r in sealers if r.run_id in place), key=lambda r: place[r.run_id]
+                    )
+                else:
+                    ours = earlier
+                for r in ours:
+                    for key, i in self._seals[r.run_id].get(group, {}).items():
                         found.setdefault(key, (r, i))
                 if not found:
                     missing += 1

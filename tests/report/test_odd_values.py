@@ -65,6 +65,43 @@ def test_a_group_id_that_is_a_list_with_no_step_after_it_is_not_looked_up() -> N
     assert next(csv.DictReader(io.StringIO(out.getvalue())))["group_id"] == "['g']"
 
 
+def test_a_group_id_that_is_a_list_in_the_run_a_step_looks_back_into_is_passed_over() -> None:
+    # A stopped run sealed a try of a group whose id is a list (an event built in
+    # Python); the restored run's step names a group, so the step looks back
+    # into the stopped run's seals. No step can name a list: it is passed over
+    # (it raised TypeError).
+    import scenario
+
+    listed = {"group_id": ["g"], "generation_index": 0, "attempt": 0}
+    a = scenario.make_run(
+        1,
+        90.0,
+        [
+            (100.0, rt.AttemptDispatched(prompt_id=1, weight_version=1, **listed)),
+            (101.0, rt.AttemptSealed(prompt_id=1, **listed)),
+            (102.0, rt.AttemptDispatched(prompt_id=2, weight_version=1, **ONE)),
+            (103.0, rt.AttemptSealed(prompt_id=2, **ONE)),
+            (111.0, scenario.snapshot(1, "/s", captured_at=110.0)),
+        ],
+    )
+    b = scenario.make_run(
+        2,
+        140.0,
+        [
+            (141.0, scenario.restore("/s", 1)),
+            (143.0, scenario.restored(1)),
+            (150.0, rt.StepTrained(step=1, group_ids=["g1"])),
+        ],
+        closed=200.0,
+    )
+    ts = rt.analyze(a + b)
+    [step] = ts.health().runs[1].staleness.steps
+    assert step.step == 1
+    trained = ts.timeline_document()["traceEvents"]
+    assert any(e.get("cat") == "step" for e in trained)
+    assert rt.health_report(a + b).attempts["sealed"] == 2
+
+
 def test_changing_a_timelines_try_columns_leaves_the_model_as_it_was(tmp_path: Path) -> None:
     events = [
         _opened(),
