@@ -34,7 +34,6 @@ seals (hedged tries) belongs to the sealed use.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import operator
@@ -102,9 +101,7 @@ class Lineage:
             held = self._seals[run.run_id] = {}
             t = run.tries
             p, g, gid, end_seq = t.prompt_id, t.generation_index, t.group_id, t.end_seq
-            for i in t.sealed_indices():
-                if not isinstance(gid[i], str):
-                    continue  # a step names groups by str: never looked up
+            for i in _nameable(gid, t.sealed_indices()):
                 group = held.setdefault(gid[i], {})
                 key = (p[i], g[i])
                 old = group.get(key)
@@ -145,10 +142,8 @@ class Lineage:
         # seq, filed by group id: each group's are taken into its latest seal per
         # sibling as steps reach them.
         named = {n for names in named_by for n in names if isinstance(n, str)}
-        sealed: Sequence[int] = t.sealed_indices()
-        # A group id that cannot be a key (events built in Python): all are taken, as filed.
-        with contextlib.suppress(TypeError):
-            sealed = list(compress(sealed, map(named.__contains__, map(gid.__getitem__, sealed))))
+        sealed = _nameable(gid, t.sealed_indices())
+        sealed = list(compress(sealed, map(named.__contains__, map(gid.__getitem__, sealed))))
         own = sorted(sealed, key=end_seq.__getitem__)
         last_step = m.seqs[steps[-1]] if steps else -1
         pending: dict[str, list[int]] = {}
@@ -197,6 +192,12 @@ class Lineage:
                 tries += [(r, i, self._version(chain, r, i)) for r, i in found.values()]
             out.append(TrainedStep(m.a[at], m.times[at], seq, versions.get(seq), tries, missing))
         return out
+
+
+def _nameable(gid: Sequence[Any], tries: Sequence[int]) -> list[int]:
+    """Those of ``tries`` whose group id a step can name: a str. No other id is
+    looked up (one that is a list, from events built in Python, could not be)."""
+    return list(compress(tries, map(isinstance, map(gid.__getitem__, tries), _STR)))
 
 
 def lag_of(synced: int | None, dispatched: int | None) -> float | None:
@@ -325,4 +326,5 @@ def tries_pass(
 
 
 _ONES = itertools.repeat(1)
+_STR = itertools.repeat(str)
 _SEALED = itertools.repeat("sealed")

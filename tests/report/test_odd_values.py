@@ -102,6 +102,25 @@ def test_a_group_id_that_is_a_list_in_the_run_a_step_looks_back_into_is_passed_o
     assert rt.health_report(a + b).attempts["sealed"] == 2
 
 
+def test_a_group_id_that_is_a_list_sealed_before_a_step_of_its_run_is_passed_over() -> None:
+    # The step looks at its own run's seals of the groups it names: one whose
+    # group id is a list (an event built in Python) is never among them (it
+    # raised TypeError).
+    listed = {"group_id": ["g"], "generation_index": 0, "attempt": 0}
+    events = [
+        _opened(),
+        _ev(rt.AttemptDispatched, 1, prompt_id=1, weight_version=1, **listed),
+        _ev(rt.AttemptSealed, 2, prompt_id=1, **listed),
+        _ev(rt.AttemptDispatched, 3, prompt_id=2, weight_version=1, **ONE),
+        _ev(rt.AttemptSealed, 4, prompt_id=2, **ONE),
+        _ev(rt.StepTrained, 5, step=1, group_ids=["g1"]),
+    ]
+    ts = rt.analyze(events)
+    assert ts.health().attempts["sealed"] == 2
+    [step] = ts.health().runs[0].staleness.steps
+    assert step.step == 1
+
+
 def test_changing_a_timelines_try_columns_leaves_the_model_as_it_was(tmp_path: Path) -> None:
     events = [
         _opened(),
