@@ -58,6 +58,7 @@ from .terms import (
     END_OPEN,
     END_REFUSED,
     END_SEALED,
+    OPEN_FLAGS,
     RESTORE_FINISHED,
     RESTORE_STARTED,
     RESUMED,
@@ -516,12 +517,12 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
     # loop below sees only the siblings the stop counts.
     keys, at = list(last), list(last.values())
     ends = bytes(map(tries.end_kind.__getitem__, at))
-    opened = list(compress(range(len(keys)), ends.translate(_IS[END_OPEN])))
+    opened = list(compress(range(len(keys)), ends.translate(OPEN_FLAGS)))
     kept: set[SiblingKey] | None = None
     sealed_late: list[int] = []
     c = math.nan if captured_at is None else captured_at
     if captured_at is not None:
-        sealed = list(compress(range(len(keys)), ends.translate(_IS[END_SEALED])))
+        sealed = list(compress(range(len(keys)), ends.translate(_SEALED_FLAGS)))
         t1s = map(tries.end_time.__getitem__, map(at.__getitem__, sealed))
         in_state = list(map(operator.le, t1s, itertools.repeat(c)))
         kept = set(map(keys.__getitem__, compress(sealed, in_state)))
@@ -563,8 +564,8 @@ def classify(a: Run, b: Run, captured_at: float | None) -> StopClasses:
     )
 
 
-# End kind -> 1 for that kind only (``bytes.translate``).
-_IS = {k: bytes(1 if c == k else 0 for c in range(256)) for k in (END_OPEN, END_SEALED)}
+# End kind -> 1 for a sealed try only (``bytes.translate``).
+_SEALED_FLAGS = bytes(1 if k == END_SEALED else 0 for k in range(256))
 # Why a sibling whose T ended so is counted nowhere.
 _NOT_COUNTED = {END_ABANDONED: "abandoned", END_REFUSED: "refused"}
 

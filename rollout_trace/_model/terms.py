@@ -63,6 +63,7 @@ __all__ = [
     "END_REFUSED",
     "END_SEALED",
     "END_SUPERSEDED",
+    "OPEN_FLAGS",
     "ABANDONED",
     "DISPATCHED",
     "KIND",
@@ -170,6 +171,8 @@ class EndKind(enum.IntEnum):
 # comparison cost more.
 END_OPEN, END_SEALED, END_REFUSED = int(EndKind.OPEN), int(EndKind.SEALED), int(EndKind.REFUSED)
 END_ABANDONED, END_SUPERSEDED = int(EndKind.ABANDONED), int(EndKind.SUPERSEDED)
+# End kind -> 1 for an open try, else 0: the rule above as a ``bytes.translate`` table.
+OPEN_FLAGS = bytes(1 if k == END_OPEN else 0 for k in range(256))
 
 END_OF_KIND = {SEALED: EndKind.SEALED, REFUSED: EndKind.REFUSED, ABANDONED: EndKind.ABANDONED}
 

@@ -44,6 +44,7 @@ import msgspec
 import orjson
 
 from .._model.stops import StopCost
+from .._model.terms import OPEN_FLAGS
 from .._model.traceset import gc_paused
 from .._schema.decoding import AnyEvent
 from .._version import __version__
@@ -397,7 +398,6 @@ def _attempts(
     t = run.tries
     n = len(t)
     rep = itertools.repeat
-    opened: frozenset[int] | None = None  # ``TryColumns.open_indices``, when a fate needs it
     # msgspec writes what orjson does but for floats from 1e16 on (1e16, not
     # 1e+16) and dates: times are below that, and ids are ints and strs but in
     # events built in Python; a chunk with any other value is written as the
@@ -419,9 +419,7 @@ def _attempts(
             for c in (group_id, prompt_id, index, attempt, reason, version, turn)
         )
         for i in itertools.compress(range(m), map(operator.is_not, fates, rep(None))):
-            if opened is None:
-                opened = frozenset(t.open_indices())
-            redone[i], after_stop[i], lost_s[i] = _fate_args(t, lo + i, lo + i in opened, tl)
+            redone[i], after_stop[i], lost_s[i] = _fate_args(t, lo + i, tl)
             lost = lost_s[i]
             exact = exact and (lost is None or -_WIDE < lost < _WIDE)
         args = list(
@@ -474,12 +472,10 @@ def _attempts(
         yield _Part(events, structs=True, exact=exact)
 
 
-def _fate_args(
-    t: TryColumns, i: int, is_open: bool, tl: Timeline
-) -> tuple[str | None, str | None, float | None]:
-    """What stop ``t.stop[i]`` did to try ``i`` (open at its run's end, or not), in
-    words (``redone``, else ``after_stop``, each under the name of the figure that
-    counts it), and the seconds of its work the stop lost (``lost_s``, where known)."""
+def _fate_args(t: TryColumns, i: int, tl: Timeline) -> tuple[str | None, str | None, float | None]:
+    """What stop ``t.stop[i]`` did to try ``i``, in words (``redone``, else
+    ``after_stop``, each under the name of the figure that counts it), and the
+    seconds of its work the stop lost (``lost_s``, where known)."""
     fate, stop_no = t.fate[i], t.stop[i]
     b = tl.run_number(tl.stops[stop_no - 1].restored_run)
     if fate == "redone":
@@ -488,7 +484,7 @@ def _fate_args(
             "and not resumed, so done again (counted in redone)"
         )
         return text, None, t.lost_s[i]
-    where = "in flight at the stop" if is_open else "sealed after the capture"
+    where = "in flight at the stop" if OPEN_FLAGS[t.end_kind[i]] else "sealed after the capture"
     text = f"{fate} by run {b} at stop {stop_no} ({where}; counted in {fate})"
     return None, text, t.lost_s[i]
 

@@ -404,7 +404,7 @@ class TryColumns:
 
     def open_indices(self) -> list[int]:
         """The tries open at their run's last event (``terms``)."""
-        return list(compress(range(len(self)), map(operator.eq, self.end_kind, _OPEN)))
+        return list(compress(range(len(self)), bytes(self.end_kind).translate(terms.OPEN_FLAGS)))
 
     def sealed_indices(self) -> tuple[int, ...]:
         """The sealed tries (made once, read by every fold)."""
@@ -437,7 +437,7 @@ def _try_columns(t: Tries, last_time: float, fates: Mapping[int, Fate]) -> TryCo
         "d", list(map(tuple.__getitem__, zip(t.end_time, t.start_time, strict=True), started))
     )
     stop = array("d", t.end_time)
-    for i in compress(range(n), t.end_kind.translate(_IS_OPEN)):
+    for i in compress(range(n), t.end_kind.translate(terms.OPEN_FLAGS)):
         stop[i] = max(last_time, start[i])
     for i, at in t.superseded_at.items():
         stop[i] = at
@@ -496,8 +496,6 @@ def _sort_columns(cols: TryColumns, first: list[int]) -> None:
 
 _NONZERO = bytes([0] + [1] * 255)
 _ZEROS, _SEALED = itertools.repeat(0), itertools.repeat("sealed")
-_OPEN = itertools.repeat(terms.END_OPEN)
-_IS_OPEN = bytes(1 if k == terms.END_OPEN else 0 for k in range(256))
 
 
 def event_fields(e: Any) -> tuple[str, tuple[str, ...], tuple[Any, ...]]:
