@@ -266,7 +266,7 @@ def tries_pass(
     t = run.tries
     n = len(t)
     keys = list(zip(t.prompt_id, t.generation_index, strict=True))
-    sealed_flags = list(map(operator.eq, t.outcome, _SEALED))
+    sealed_flags = t.sealed_flags
     count, sealed = state.count, state.sealed
     # Siblings walk apart. One with a single try in the run and none before it
     # (most of them) ends with one try, and its seal if it sealed: taken in C.
@@ -327,4 +327,3 @@ def tries_pass(
 
 _ONES = itertools.repeat(1)
 _STR = itertools.repeat(str)
-_SEALED = itertools.repeat("sealed")

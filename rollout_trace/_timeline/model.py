@@ -411,8 +411,13 @@ class TryColumns:
         return self._sealed
 
     @functools.cached_property
+    def sealed_flags(self) -> list[bool]:
+        """Whether each try is sealed (made once, read by every fold)."""
+        return list(map(operator.eq, self.outcome, _SEALED))
+
+    @functools.cached_property
     def _sealed(self) -> tuple[int, ...]:
-        return tuple(compress(range(len(self)), map(operator.eq, self.outcome, _SEALED)))
+        return tuple(compress(range(len(self)), self.sealed_flags))
 
     def attempts(self) -> list[Attempt]:
         before_lane = [getattr(self, f) for f in _BEFORE_LANE]
